@@ -1,0 +1,6 @@
+// Package services starts and stops the real external programs that Slacker's tests,
+// demo and benchmarks drive: Debian's docker-registry (distribution 2.8) and
+// containerd. Each runs with its own configuration under a caller-chosen directory
+// (never system paths), in its own process group, is waited for until it answers,
+// and is stopped by PID. Nothing here is used by slackerd itself.
+package services

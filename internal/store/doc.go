@@ -1,0 +1,11 @@
+// Package store is the contract for Slacker's content-addressed object store: the
+// place where chunk data and block maps live, shared by every node.
+//
+// An object is an immutable byte string named by the sha256 digest of its content.
+// The contract (Store) is small and exact; every backend maps its native errors to the
+// sentinels below exactly once, and every backend runs the shared suite in
+// package storetest. Backends live in sub-packages (local is the embedded default).
+//
+// This package must never know about block maps, volumes or caches: it moves opaque,
+// verified bytes.
+package store

@@ -1,0 +1,12 @@
+// Package local is the embedded default store backend: objects are files in a local
+// directory, <root>/sha256/<first two hex digits>/<hex digest>.
+//
+// Writes are atomic and durable: content goes to a temporary file under <root>/tmp,
+// is hashed while written, fsynced, renamed into place, and the directory is fsynced.
+// Every read is verified against the object's digest: Get hashes as it streams and
+// GetRange reads and hashes the whole object before returning the range. A file whose
+// bytes no longer match its name is reported as store.ErrCorrupt, never served.
+//
+// The directory may be shared by several processes on one machine; nothing here holds
+// a lock across calls.
+package local

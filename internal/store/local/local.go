@@ -1,0 +1,214 @@
+package local
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/store"
+)
+
+// Store is a store.Store backed by a local directory.
+type Store struct {
+	root string
+}
+
+var _ store.Store = (*Store)(nil)
+
+// Open returns a store rooted at dir, creating the directory if needed.
+func Open(dir string) (*Store, error) {
+	for _, sub := range []string{"sha256", "tmp"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("open local store %s: %w", dir, err)
+		}
+	}
+	return &Store{root: dir}, nil
+}
+
+// Root returns the store's directory.
+func (s *Store) Root() string { return s.root }
+
+// Path returns the file that holds d (whether or not it exists).
+func (s *Store) Path(d digest.Digest) string {
+	hex := d.Encoded()
+	return filepath.Join(s.root, "sha256", hex[:2], hex)
+}
+
+func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) (err error) {
+	if err := store.CheckDigest(d); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("put %s: negative size %d: %w", d, size, store.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	final := s.Path(d)
+	if _, err := os.Stat(final); err == nil {
+		return nil
+	}
+	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "put-*")
+	if err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	defer func() {
+		if err != nil {
+			tmp.Close()
+			os.Remove(tmp.Name())
+		}
+	}()
+	vr := store.VerifyingReader(r, d, size)
+	if _, err := io.Copy(tmp, ctxReader{ctx, vr}); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		return fmt.Errorf("put %s: sync: %w", d, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	dir := filepath.Dir(final)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if err := os.Rename(tmp.Name(), final); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	return nil
+}
+
+func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	if err := store.CheckDigest(d); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, err)
+	}
+	f, err := os.Open(s.Path(d))
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, mapErr(err))
+	}
+	return readCloser{Reader: ctxReader{ctx, store.VerifyingReader(f, d, -1)}, Closer: f}, nil
+}
+
+func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error) {
+	if err := store.CheckDigest(d); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, err)
+	}
+	b, err := os.ReadFile(s.Path(d))
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, mapErr(err))
+	}
+	if err := store.Verify(d, b); err != nil {
+		return nil, err
+	}
+	if off < 0 || length < 0 || off+length > int64(len(b)) {
+		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), store.ErrInvalid)
+	}
+	return b[off : off+length : off+length], nil
+}
+
+func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
+	if err := store.CheckDigest(d); err != nil {
+		return store.Info{}, err
+	}
+	fi, err := os.Stat(s.Path(d))
+	if err != nil {
+		return store.Info{}, fmt.Errorf("stat %s: %w", d, mapErr(err))
+	}
+	return store.Info{Digest: d, Size: fi.Size()}, nil
+}
+
+func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
+	top := filepath.Join(s.root, "sha256")
+	dirs, err := os.ReadDir(top)
+	if err != nil {
+		return fmt.Errorf("list %s: %w", top, err)
+	}
+	for _, dir := range dirs {
+		if !dir.IsDir() {
+			continue
+		}
+		ents, err := os.ReadDir(filepath.Join(top, dir.Name()))
+		if err != nil {
+			return fmt.Errorf("list %s: %w", dir.Name(), err)
+		}
+		for _, e := range ents {
+			if err := ctx.Err(); err != nil {
+				return fmt.Errorf("list: %w", err)
+			}
+			d := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
+			if d.Validate() != nil || !strings.HasPrefix(e.Name(), dir.Name()) {
+				continue // not ours (a stray file); never report it as an object
+			}
+			fi, err := e.Info()
+			if errors.Is(err, fs.ErrNotExist) {
+				continue // deleted while listing
+			}
+			if err != nil {
+				return fmt.Errorf("list %s: %w", d, err)
+			}
+			if err := fn(store.Info{Digest: d, Size: fi.Size()}); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
+	if err := store.CheckDigest(d); err != nil {
+		return err
+	}
+	if err := os.Remove(s.Path(d)); err != nil {
+		return fmt.Errorf("delete %s: %w", d, mapErr(err))
+	}
+	return nil
+}
+
+func mapErr(err error) error {
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w (%v)", store.ErrNotFound, err)
+	}
+	return err
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+type readCloser struct {
+	io.Reader
+	io.Closer
+}

@@ -1,0 +1,119 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Sentinel errors. Backends wrap them with context; callers test with errors.Is.
+var (
+	// ErrNotFound: the object does not exist.
+	ErrNotFound = errors.New("object not found")
+	// ErrCorrupt: bytes read or offered do not match the object's digest or size.
+	// Corrupt data is never returned to a caller as if it were valid.
+	ErrCorrupt = errors.New("object content does not match its digest")
+	// ErrInvalid: a malformed argument (digest of an unsupported algorithm, a
+	// negative size, a range outside the object).
+	ErrInvalid = errors.New("invalid argument")
+	// ErrUnavailable: the backend could not be reached or answered with a
+	// transient failure; the same call may succeed later.
+	ErrUnavailable = errors.New("store unavailable")
+)
+
+// Info describes a stored object.
+type Info struct {
+	Digest digest.Digest
+	Size   int64
+}
+
+// Store is a content-addressed object store.
+//
+// Rules every implementation follows (checked by storetest.Run):
+//   - Objects are named by their sha256 digest and are immutable.
+//   - All methods are safe for concurrent use, including concurrent Puts of the same
+//     object; a reader never sees a partially written object.
+//   - Every byte returned by Get or GetRange has been verified against the digest
+//     (for GetRange, by whatever means the backend has; the local backend reads and
+//     hashes the whole object). A mismatch is reported as ErrCorrupt, never served.
+//   - A cancelled or expired ctx stops the call and returns an error wrapping
+//     ctx.Err().
+type Store interface {
+	// Put stores exactly size bytes read from r under d. It returns ErrCorrupt and
+	// stores nothing if the bytes do not hash to d or their count is not size.
+	// Put of an object that already exists succeeds and may return without reading r.
+	// The object is durable when Put returns nil.
+	Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error
+
+	// Get opens the whole object for reading. The reader verifies the content as it
+	// goes: if the bytes do not match d, the Read that would return io.EOF returns an
+	// error wrapping ErrCorrupt instead. Callers must read to io.EOF before trusting
+	// what they read, and must Close the reader. A missing object is ErrNotFound.
+	Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
+
+	// GetRange returns length bytes of the object starting at off. A range that
+	// does not lie inside the object is ErrInvalid; a missing object ErrNotFound.
+	GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error)
+
+	// Stat returns the object's size, or ErrNotFound.
+	Stat(ctx context.Context, d digest.Digest) (Info, error)
+
+	// List calls fn for every stored object, in no particular order. Objects put or
+	// deleted during List may or may not be seen. An error from fn stops List and is
+	// returned as is.
+	List(ctx context.Context, fn func(Info) error) error
+
+	// Delete removes the object. Deleting an absent object returns ErrNotFound.
+	// Readers that already opened the object may finish reading it.
+	Delete(ctx context.Context, d digest.Digest) error
+}
+
+// Exists reports whether s holds d.
+func Exists(ctx context.Context, s Store, d digest.Digest) (bool, error) {
+	_, err := s.Stat(ctx, d)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	default:
+		return false, err
+	}
+}
+
+// ReadAll reads the whole object d, verified.
+func ReadAll(ctx context.Context, s Store, d digest.Digest) ([]byte, error) {
+	rc, err := s.Get(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// PutBytes stores b under its sha256 digest and returns the digest.
+func PutBytes(ctx context.Context, s Store, b []byte) (digest.Digest, error) {
+	d := digest.FromBytes(b)
+	if err := s.Put(ctx, d, int64(len(b)), bytesReader(b)); err != nil {
+		return "", err
+	}
+	return d, nil
+}
+
+// CheckDigest returns ErrInvalid unless d is a well-formed sha256 digest.
+func CheckDigest(d digest.Digest) error {
+	if err := d.Validate(); err != nil {
+		return fmt.Errorf("digest %q: %w: %v", d, ErrInvalid, err)
+	}
+	if d.Algorithm() != digest.SHA256 {
+		return fmt.Errorf("digest %q: %w: only sha256 is supported", d, ErrInvalid)
+	}
+	return nil
+}
