@@ -3,3 +3,15 @@ module github.com/slacker-dev/slacker
 go 1.26.8
 
 require github.com/opencontainers/go-digest v1.0.0
+
+require (
+	github.com/BurntSushi/toml v1.6.0 // indirect
+	github.com/google/btree v1.1.3 // indirect
+	github.com/google/go-containerregistry v0.22.1 // indirect
+	github.com/inconshreveable/mousetrap v1.1.0 // indirect
+	github.com/klauspost/compress v1.20.3 // indirect
+	github.com/spf13/cobra v1.10.2 // indirect
+	github.com/spf13/pflag v1.0.10 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.49.0 // indirect
+)

@@ -1,0 +1,353 @@
+package cache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/singleflight"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/store"
+)
+
+// Source fetches whole chunks, verified (package fetch implements it).
+type Source interface {
+	Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error)
+}
+
+// Options configure a Cache.
+type Options struct {
+	Dir      string // chunk files live here
+	MaxBytes int64  // disk tier bound (required)
+	MemBytes int64  // memory tier bound; 0 means 64 MiB
+	Logger   *slog.Logger
+}
+
+// Stats are the cache's counters.
+type Stats struct {
+	MemHits      int64 `json:"mem_hits"`
+	DiskHits     int64 `json:"disk_hits"`
+	Misses       int64 `json:"misses"`
+	FetchedBytes int64 `json:"fetched_bytes"`
+	Evictions    int64 `json:"evictions"`
+	Corrupt      int64 `json:"corrupt"` // cached chunks found corrupt and dropped
+	DiskBytes    int64 `json:"disk_bytes"`
+	DiskChunks   int   `json:"disk_chunks"`
+	MemBytes     int64 `json:"mem_bytes"`
+	MaxBytes     int64 `json:"max_bytes"`
+}
+
+// Cache is safe for concurrent use.
+type Cache struct {
+	dir  string
+	max  int64
+	src  Source
+	log  *slog.Logger
+	sf   singleflight.Group
+	tok  atomic.Uint64
+	memN int64
+
+	mu        sync.Mutex
+	disk      map[string]*lruItem // by digest
+	probation *lru
+	protected *lru
+	mem       map[string]*memEntry
+	memLRU    *lru
+
+	memHits, diskHits, misses, fetched, evictions, corrupt atomic.Int64
+}
+
+type memEntry struct {
+	data []byte
+	item *lruItem
+}
+
+// Open opens (or creates) the cache directory and indexes the chunks already there.
+func Open(opts Options, src Source) (*Cache, error) {
+	if opts.MaxBytes <= 0 {
+		return nil, fmt.Errorf("open cache: size must be positive")
+	}
+	if opts.MemBytes <= 0 {
+		opts.MemBytes = 64 << 20
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
+		return nil, fmt.Errorf("open cache: %w", err)
+	}
+	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes,
+		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),
+		mem: map[string]*memEntry{}, memLRU: newLRU()}
+	ents, err := os.ReadDir(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("open cache: %w", err)
+	}
+	for _, e := range ents {
+		name := e.Name()
+		if strings.HasPrefix(name, "tmp-") {
+			os.Remove(filepath.Join(opts.Dir, name))
+			continue
+		}
+		d := digest.NewDigestFromEncoded(digest.SHA256, name)
+		if d.Validate() != nil {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil {
+			continue
+		}
+		it := &lruItem{key: d.String(), size: fi.Size()}
+		c.disk[it.key] = it
+		c.probation.pushFront(it)
+	}
+	c.mu.Lock()
+	c.evictLocked()
+	c.mu.Unlock()
+	return c, nil
+}
+
+func (c *Cache) path(d digest.Digest) string { return filepath.Join(c.dir, d.Encoded()) }
+
+// ReadChunk fills p with bytes [off, off+len(p)) of chunk ch. It reports whether the
+// cache had the chunk and how many bytes this call fetched from the store.
+func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off int64) (hit bool, fetched int64, err error) {
+	if off < 0 || off+int64(len(p)) > ch.Size {
+		return false, 0, fmt.Errorf("read [%d, +%d) of chunk %s of %d bytes: %w", off, len(p), ch.Digest, ch.Size, store.ErrInvalid)
+	}
+	data, hit, fetched, err := c.Get(ctx, ch)
+	if err != nil {
+		return false, 0, err
+	}
+	copy(p, data[off:])
+	return hit, fetched, nil
+}
+
+type result struct {
+	data    []byte
+	hit     bool
+	fetched int64
+	leader  uint64
+}
+
+// Get returns the whole chunk (callers must not modify it).
+func (c *Cache) Get(ctx context.Context, ch blockmap.Chunk) (data []byte, hit bool, fetched int64, err error) {
+	key := ch.Digest.String()
+	c.mu.Lock()
+	if m, ok := c.mem[key]; ok {
+		c.memLRU.remove(m.item)
+		c.memLRU.pushFront(m.item)
+		if it, ok := c.disk[key]; ok {
+			c.touchLocked(it)
+		}
+		c.mu.Unlock()
+		c.memHits.Add(1)
+		return m.data, true, 0, nil
+	}
+	c.mu.Unlock()
+	me := c.tok.Add(1)
+	// The load runs detached from one caller's cancellation so that an interrupted
+	// reader does not fail the others waiting on the same chunk; the fetcher bounds it.
+	ch2 := c.sf.DoChan(key, func() (any, error) {
+		return c.load(context.WithoutCancel(ctx), ch, me)
+	})
+	select {
+	case r := <-ch2:
+		if r.Err != nil {
+			return nil, false, 0, r.Err
+		}
+		res := r.Val.(*result)
+		if res.leader == me {
+			return res.data, res.hit, res.fetched, nil
+		}
+		return res.data, true, 0, nil // another reader's load served us
+	case <-ctx.Done():
+		return nil, false, 0, fmt.Errorf("read chunk %s: %w", ch.Digest, ctx.Err())
+	}
+}
+
+// load finds ch on disk or fetches it, and puts it in the memory tier.
+func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*result, error) {
+	key := ch.Digest.String()
+	c.mu.Lock()
+	if m, ok := c.mem[key]; ok { // loaded while we queued
+		c.mu.Unlock()
+		return &result{data: m.data, hit: true, leader: leader}, nil
+	}
+	_, onDisk := c.disk[key]
+	c.mu.Unlock()
+	if onDisk {
+		data, err := os.ReadFile(c.path(ch.Digest))
+		if err == nil && int64(len(data)) == ch.Size && store.Verify(ch.Digest, data) == nil {
+			c.diskHits.Add(1)
+			c.mu.Lock()
+			if it, ok := c.disk[key]; ok {
+				c.touchLocked(it)
+			}
+			c.addMemLocked(key, data)
+			c.mu.Unlock()
+			return &result{data: data, hit: true, leader: leader}, nil
+		}
+		if err == nil || !errors.Is(err, os.ErrNotExist) {
+			c.corrupt.Add(1)
+			c.log.Error("cache-chunk-corrupt", "chunk", ch.Digest, "path", c.path(ch.Digest), "err", err,
+				"action", "dropped; fetching again from the store")
+		}
+		c.drop(key)
+	}
+	data, err := c.src.Fetch(ctx, ch)
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(data)) != ch.Size || store.Verify(ch.Digest, data) != nil {
+		return nil, fmt.Errorf("chunk %s from the store does not match its digest or size: %w", ch.Digest, store.ErrCorrupt)
+	}
+	c.misses.Add(1)
+	c.fetched.Add(int64(len(data)))
+	c.insert(ch.Digest, data)
+	return &result{data: data, fetched: int64(len(data)), leader: leader}, nil
+}
+
+// Put adds a chunk the caller already holds (e.g. one it just uploaded), verified.
+func (c *Cache) Put(ch blockmap.Chunk, data []byte) error {
+	if int64(len(data)) != ch.Size {
+		return fmt.Errorf("cache put %s: %d bytes, want %d: %w", ch.Digest, len(data), ch.Size, store.ErrCorrupt)
+	}
+	if err := store.Verify(ch.Digest, data); err != nil {
+		return fmt.Errorf("cache put: %w", err)
+	}
+	c.mu.Lock()
+	_, ok := c.disk[ch.Digest.String()]
+	c.mu.Unlock()
+	if !ok {
+		c.insert(ch.Digest, append([]byte(nil), data...))
+	}
+	return nil
+}
+
+// insert writes data to the disk tier and the memory tier.
+func (c *Cache) insert(d digest.Digest, data []byte) {
+	key := d.String()
+	if err := c.writeFile(d, data); err != nil {
+		// The chunk is still served from memory; the disk tier is an optimization.
+		c.log.Warn("cache-write-failed", "chunk", d, "err", err)
+	} else {
+		c.mu.Lock()
+		if _, ok := c.disk[key]; !ok {
+			it := &lruItem{key: key, size: int64(len(data))}
+			c.disk[key] = it
+			c.probation.pushFront(it)
+			c.evictLocked()
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	c.addMemLocked(key, data)
+	c.mu.Unlock()
+}
+
+func (c *Cache) writeFile(d digest.Digest, data []byte) error {
+	f, err := os.CreateTemp(c.dir, "tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		os.Remove(f.Name())
+		return err
+	}
+	if err := f.Close(); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	// No fsync: after a crash a torn file fails verification and is fetched again.
+	if err := os.Rename(f.Name(), c.path(d)); err != nil {
+		os.Remove(f.Name())
+		return err
+	}
+	return nil
+}
+
+func (c *Cache) addMemLocked(key string, data []byte) {
+	if _, ok := c.mem[key]; ok || int64(len(data)) > c.memN {
+		return
+	}
+	it := &lruItem{key: key, size: int64(len(data))}
+	c.mem[key] = &memEntry{data: data, item: it}
+	c.memLRU.pushFront(it)
+	for c.memLRU.bytes > c.memN {
+		old := c.memLRU.back()
+		c.memLRU.remove(old)
+		delete(c.mem, old.key)
+	}
+}
+
+// touchLocked records a use: a second use promotes a chunk to the protected segment.
+func (c *Cache) touchLocked(it *lruItem) {
+	seg := it.seg
+	seg.remove(it)
+	c.protected.pushFront(it)
+	// The protected segment holds at most 80% of the cache; its coldest chunks
+	// go back to probation.
+	for c.protected.bytes > c.max*8/10 {
+		old := c.protected.back()
+		c.protected.remove(old)
+		c.probation.pushFront(old)
+	}
+}
+
+func (c *Cache) evictLocked() {
+	for c.probation.bytes+c.protected.bytes > c.max {
+		victim := c.probation.back()
+		if victim == nil {
+			victim = c.protected.back()
+		}
+		if victim == nil {
+			return
+		}
+		victim.seg.remove(victim)
+		delete(c.disk, victim.key)
+		os.Remove(c.path(digest.Digest(victim.key)))
+		c.evictions.Add(1)
+	}
+}
+
+func (c *Cache) drop(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if it, ok := c.disk[key]; ok {
+		it.seg.remove(it)
+		delete(c.disk, key)
+	}
+	os.Remove(c.path(digest.Digest(key)))
+}
+
+// Stats returns the cache's counters.
+func (c *Cache) Stats() Stats {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return Stats{
+		MemHits: c.memHits.Load(), DiskHits: c.diskHits.Load(), Misses: c.misses.Load(),
+		FetchedBytes: c.fetched.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load(),
+		DiskBytes: c.probation.bytes + c.protected.bytes, DiskChunks: len(c.disk),
+		MemBytes: c.memLRU.bytes, MaxBytes: c.max,
+	}
+}
+
+// DropMemory empties the memory tier (benchmarks use it to measure a cold read
+// from the disk tier).
+func (c *Cache) DropMemory() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.mem = map[string]*memEntry{}
+	c.memLRU = newLRU()
+}

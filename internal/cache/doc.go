@@ -1,0 +1,14 @@
+// Package cache is the node's chunk cache: one per node, shared by every volume and
+// image on it, keyed by chunk digest, so containers and images that share data share
+// one fetch and one cached copy.
+//
+// Two tiers. A disk tier (one file per chunk under the cache directory) bounded by
+// MaxBytes and evicted by hotness (segmented LRU: a chunk read twice is protected from
+// a scan of chunks read once). A memory tier bounded by MemBytes holding chunks
+// verified against their digest when loaded; every byte served comes from it. A chunk
+// file whose bytes no longer match its digest is dropped with a log line and fetched
+// again, never served. Concurrent misses of one chunk share one fetch.
+//
+// The cache never decides what to fetch ahead (that is prefetch's job) and never
+// writes to the store.
+package cache

@@ -1,0 +1,22 @@
+// Package volume implements Slacker's writable volumes: a clone of a snapshot plus a
+// local copy-on-write delta.
+//
+// A volume reads as its base snapshot (a block map, read through a ChunkReader such as
+// the node's chunk cache) overlaid with the blocks written to it. Writes go to the
+// delta at BlockSize (4 KiB) granularity, whatever the size of the file the guest
+// filesystem is changing: a sparse data file holding written blocks at their own
+// offsets, and a journal of which blocks are present. Clone is O(1) (two empty files
+// and a small record); Delete removes one directory; Snapshot hashes and uploads only
+// the written blocks the store lacks, then the new map (data before metadata), in time
+// proportional to the change.
+//
+// Crash consistency: a write is durable once Sync returns. Sync fdatasyncs the data
+// file and only then appends the newly written block runs to the journal and
+// fdatasyncs it, so after a crash every synced write is present and an unsynced write
+// is either present or absent, as on a disk. A torn journal tail is detected by CRC
+// and dropped.
+//
+// Memory per volume is proportional to the base map's extent count plus the number of
+// written runs, never to the data. This package never mounts anything, never talks to
+// FUSE and never fetches chunks itself.
+package volume

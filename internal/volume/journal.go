@@ -1,0 +1,134 @@
+package volume
+
+import (
+	"encoding/binary"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// The journal is a sequence of 24-byte records, each adding the block run
+// [start, end) to the set of blocks present in the delta:
+//
+//	uint64 start | uint64 end | uint32 crc32c(start|end) | uint32 journalMagic
+//
+// all little-endian. Replay stops at the first record that fails its check (a torn
+// tail after a crash) and truncates the file there.
+const (
+	journalRecord = 24
+	journalMagic  = 0x4c4b4a31 // "1JKL"
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+func encodeRecord(b []byte, r run) {
+	binary.LittleEndian.PutUint64(b[0:], uint64(r.start))
+	binary.LittleEndian.PutUint64(b[8:], uint64(r.end))
+	binary.LittleEndian.PutUint32(b[16:], crc32.Checksum(b[:16], castagnoli))
+	binary.LittleEndian.PutUint32(b[20:], journalMagic)
+}
+
+// replayJournal reads f's records into set, truncates a torn tail, and returns the
+// number of good records. maxBlock bounds block numbers (the volume's size).
+func replayJournal(f *os.File, set *runSet, maxBlock int64) (int, error) {
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return 0, err
+	}
+	buf := make([]byte, 64*journalRecord)
+	var good int64
+	n := 0
+	for {
+		k, err := io.ReadFull(f, buf)
+		whole := k / journalRecord
+		for i := 0; i < whole; i++ {
+			rec := buf[i*journalRecord : (i+1)*journalRecord]
+			start := int64(binary.LittleEndian.Uint64(rec[0:]))
+			end := int64(binary.LittleEndian.Uint64(rec[8:]))
+			if binary.LittleEndian.Uint32(rec[20:]) != journalMagic ||
+				binary.LittleEndian.Uint32(rec[16:]) != crc32.Checksum(rec[:16], castagnoli) ||
+				start < 0 || end <= start || end > maxBlock {
+				return n, truncateAt(f, good)
+			}
+			set.add(start, end)
+			good += journalRecord
+			n++
+		}
+		if err == io.EOF || err == io.ErrUnexpectedEOF {
+			return n, truncateAt(f, good)
+		}
+		if err != nil {
+			return n, fmt.Errorf("read journal: %w", err)
+		}
+	}
+}
+
+func truncateAt(f *os.File, size int64) error {
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if fi.Size() == size {
+		_, err = f.Seek(size, io.SeekStart)
+		return err
+	}
+	if err := f.Truncate(size); err != nil {
+		return fmt.Errorf("truncate torn journal tail: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return err
+	}
+	_, err = f.Seek(size, io.SeekStart)
+	return err
+}
+
+// appendRecords appends records for runs at the end of f and syncs it.
+func appendRecords(f *os.File, runs []run) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	buf := make([]byte, len(runs)*journalRecord)
+	for i, r := range runs {
+		encodeRecord(buf[i*journalRecord:], r)
+	}
+	if _, err := f.Write(buf); err != nil {
+		return fmt.Errorf("append journal: %w", err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("sync journal: %w", err)
+	}
+	return nil
+}
+
+// rewriteJournal atomically replaces the journal at path with one record per run
+// and returns the new file, open for appending.
+func rewriteJournal(path string, runs []run) (*os.File, error) {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := appendRecords(f, runs); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		f.Close()
+		return nil, err
+	}
+	if err := syncDir(filepath.Dir(path)); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}

@@ -1,0 +1,74 @@
+package volume
+
+import (
+	"math/rand/v2"
+	"testing"
+)
+
+func TestRunSetModel(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const n = 500
+	for trial := 0; trial < 50; trial++ {
+		s := newRunSet()
+		var model [n]bool
+		for op := 0; op < 100; op++ {
+			a := rng.Int64N(n)
+			b := a + rng.Int64N(min(40, n-a)+1)
+			var fresh int64
+			for i := a; i < b; i++ {
+				if !model[i] {
+					fresh++
+				}
+				model[i] = true
+			}
+			if got := s.add(a, b); got != fresh {
+				t.Fatalf("add(%d,%d) = %d new blocks, want %d", a, b, got, fresh)
+			}
+			// runs are maximal and disjoint and match the model
+			var count int64
+			prev := int64(-1)
+			for _, r := range s.runs() {
+				if r.start <= prev {
+					t.Fatalf("runs not maximal/disjoint: %v", s.runs())
+				}
+				for i := r.start; i < r.end; i++ {
+					if !model[i] {
+						t.Fatalf("block %d in set, not in model", i)
+					}
+				}
+				count += r.end - r.start
+				prev = r.end
+			}
+			var want int64
+			for i := range model {
+				if model[i] {
+					want++
+				}
+				if s.contains(int64(i)) != model[i] {
+					t.Fatalf("contains(%d) = %v", i, !model[i])
+				}
+			}
+			if count != want || s.count() != want {
+				t.Fatalf("count %d / %d, want %d", count, s.count(), want)
+			}
+			// segments cover a random window exactly and agree with the model
+			lo := rng.Int64N(n)
+			hi := lo + rng.Int64N(n-lo+1)
+			pos := lo
+			s.segments(lo, hi, func(a, b int64, in bool) {
+				if a != pos || b <= a {
+					t.Fatalf("segment [%d,%d) at pos %d", a, b, pos)
+				}
+				for i := a; i < b; i++ {
+					if model[i] != in {
+						t.Fatalf("segment [%d,%d) in=%v disagrees at %d", a, b, in, i)
+					}
+				}
+				pos = b
+			})
+			if pos != hi {
+				t.Fatalf("segments stop at %d, want %d", pos, hi)
+			}
+		}
+	}
+}
