@@ -8,6 +8,7 @@ require (
 	github.com/BurntSushi/toml v1.6.0 // indirect
 	github.com/google/btree v1.1.3 // indirect
 	github.com/google/go-containerregistry v0.22.1 // indirect
+	github.com/hanwen/go-fuse/v2 v2.12.1 // indirect
 	github.com/inconshreveable/mousetrap v1.1.0 // indirect
 	github.com/klauspost/compress v1.20.3 // indirect
 	github.com/spf13/cobra v1.10.2 // indirect

@@ -351,3 +351,16 @@ func (c *Cache) DropMemory() {
 	c.mem = map[string]*memEntry{}
 	c.memLRU = newLRU()
 }
+
+// Purge empties both tiers. Chunks being read stay readable by those readers.
+func (c *Cache) Purge() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for key, it := range c.disk {
+		it.seg.remove(it)
+		delete(c.disk, key)
+		os.Remove(c.path(digest.Digest(key)))
+	}
+	c.mem = map[string]*memEntry{}
+	c.memLRU = newLRU()
+}

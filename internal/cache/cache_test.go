@@ -121,7 +121,7 @@ func TestEvictionBoundAndHotness(t *testing.T) {
 	c.ReadChunk(ctx, hot, make([]byte, 1), 0)
 	c.DropMemory()
 	c.ReadChunk(ctx, hot, make([]byte, 1), 0) // second use: protected
-	for i := 0; i < 50; i++ {                  // a scan of cold chunks
+	for i := 0; i < 50; i++ {                 // a scan of cold chunks
 		ch := src.add(t, 4096)
 		c.ReadChunk(ctx, ch, make([]byte, 1), 0)
 	}

@@ -1,0 +1,132 @@
+// Command slackerd is Slacker's node daemon: it serves volumes through FUSE, mounts
+// container roots, keeps the shared chunk cache, and answers the slacker CLI on a unix
+// socket. See docs/operating.md.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slacker-dev/slacker/internal/config"
+	"github.com/slacker-dev/slacker/internal/daemon"
+	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/store/storeurl"
+)
+
+func main() {
+	if err := command().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "slackerd:", err)
+		os.Exit(1)
+	}
+}
+
+func command() *cobra.Command {
+	var cfgPath string
+	flags := config.Defaults()
+	var directIO bool
+	cmd := &cobra.Command{
+		Use:           "slackerd",
+		Short:         "Slacker node daemon: lazy block-level container roots",
+		Example:       "  slackerd --root /var/lib/slacker\n  slackerd --config /etc/slacker/slackerd.toml",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		Args:          cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			cfg := config.Defaults()
+			if cfgPath != "" {
+				var err error
+				if cfg, err = config.Load(cfgPath); err != nil {
+					return err
+				}
+			}
+			f := cmd.Flags()
+			set := func(name string, dst *string, v string) {
+				if f.Changed(name) {
+					*dst = v
+				}
+			}
+			set("root", &cfg.Root, flags.Root)
+			set("socket", &cfg.Socket, flags.Socket)
+			set("store", &cfg.Store, flags.Store)
+			set("chunk-size", &cfg.ChunkSize, flags.ChunkSize)
+			set("cache-size", &cfg.Cache.Size, flags.Cache.Size)
+			set("cache-memory", &cfg.Cache.Memory, flags.Cache.Memory)
+			set("log-level", &cfg.LogLevel, flags.LogLevel)
+			if f.Changed("direct-io") {
+				cfg.DirectIO = &directIO
+			}
+			return run(cfg)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&cfgPath, "config", "", "TOML configuration file (flags override it)")
+	f.StringVar(&flags.Root, "root", flags.Root, "state directory")
+	f.StringVar(&flags.Socket, "socket", flags.Socket, "API socket")
+	f.StringVar(&flags.Store, "store", "", "chunk store location (default: ROOT/store, a local directory)")
+	f.StringVar(&flags.ChunkSize, "chunk-size", flags.ChunkSize, "largest chunk cut by snapshots")
+	f.StringVar(&flags.Cache.Size, "cache-size", flags.Cache.Size, "disk bound of the node chunk cache")
+	f.StringVar(&flags.Cache.Memory, "cache-memory", flags.Cache.Memory, "memory tier of the node chunk cache")
+	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
+	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
+	return cmd
+}
+
+func run(cfg config.Daemon) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		return fmt.Errorf("log level %q: %w", cfg.LogLevel, err)
+	}
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	r, err := cfg.Resolve()
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("must run as root: it mounts FUSE, loop devices and ext4")
+	}
+	st, storeDesc, err := storeurl.Open(r.Store)
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	start := time.Now()
+	n, err := node.Open(ctx, node.Config{
+		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes,
+		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, Logger: log,
+		Fetch: fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
+	srv := daemon.New(n, storeDesc, r.ChunkSize, log)
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(r.Socket) }()
+	select {
+	case <-ctx.Done():
+		log.Info("shutting-down", "reason", "signal")
+	case err = <-errc:
+		log.Error("api-stopped", "err", err)
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	srv.Shutdown(sctx)
+	if cerr := n.Close(sctx); cerr != nil {
+		log.Error("close-failed", "err", cerr)
+		if err == nil {
+			err = cerr
+		}
+	}
+	os.Remove(r.Socket)
+	log.Info("stopped")
+	return err
+}

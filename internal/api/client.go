@@ -1,0 +1,164 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// Client talks to slackerd. Safe for concurrent use.
+type Client struct {
+	socket string
+	http   *http.Client
+}
+
+// NewClient returns a client for the daemon listening on socket.
+func NewClient(socket string) *Client {
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", socket)
+		},
+		MaxIdleConns:    4,
+		IdleConnTimeout: 30 * time.Second,
+	}
+	return &Client{socket: socket, http: &http.Client{Transport: tr}}
+}
+
+// Socket returns the daemon's socket path.
+func (c *Client) Socket() string { return c.socket }
+
+func (c *Client) do(ctx context.Context, method, path string, in, out any) error {
+	var body io.Reader
+	if in != nil {
+		b, err := json.Marshal(in)
+		if err != nil {
+			return err
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://slackerd"+path, body)
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := c.http.Do(req)
+	if err != nil {
+		if errors.Is(err, syscall.ENOENT) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("%w (no daemon at %s): start it with `slackerd` (see README)", ErrDaemon, c.socket)
+		}
+		if errors.Is(err, syscall.EACCES) {
+			return fmt.Errorf("connect to slackerd at %s: permission denied; run as root", c.socket)
+		}
+		return fmt.Errorf("slackerd at %s: %w", c.socket, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode >= 300 {
+		var e ErrorBody
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if json.Unmarshal(b, &e) != nil || e.Error == "" {
+			e.Error = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(b))
+		}
+		return fmt.Errorf("%w: %s", kindErr(e.Kind), e.Error)
+	}
+	if out == nil {
+		io.Copy(io.Discard, resp.Body)
+		return nil
+	}
+	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
+		return fmt.Errorf("decode slackerd's answer to %s %s: %w", method, path, err)
+	}
+	return nil
+}
+
+func kindErr(kind string) error {
+	switch kind {
+	case KindNotFound:
+		return ErrNotFound
+	case KindExists:
+		return ErrExists
+	case KindInvalid:
+		return ErrInvalid
+	case KindBusy:
+		return ErrBusy
+	case KindUnavailable:
+		return ErrUnavailable
+	default:
+		return errors.New("slackerd")
+	}
+}
+
+func (c *Client) Info(ctx context.Context) (Info, error) {
+	var out Info
+	return out, c.do(ctx, "GET", "/v1/info", nil, &out)
+}
+
+func (c *Client) CreateVolume(ctx context.Context, r CreateVolumeRequest) (Volume, error) {
+	var out Volume
+	return out, c.do(ctx, "POST", "/v1/volumes", r, &out)
+}
+
+func (c *Client) Volume(ctx context.Context, id string) (Volume, error) {
+	var out Volume
+	return out, c.do(ctx, "GET", "/v1/volumes/"+url.PathEscape(id), nil, &out)
+}
+
+func (c *Client) Volumes(ctx context.Context) ([]Volume, error) {
+	var out []Volume
+	return out, c.do(ctx, "GET", "/v1/volumes", nil, &out)
+}
+
+func (c *Client) MountVolume(ctx context.Context, id string, r MountRequest) (Volume, error) {
+	var out Volume
+	return out, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(id)+"/mount", r, &out)
+}
+
+func (c *Client) UnmountVolume(ctx context.Context, id string) error {
+	return c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(id)+"/unmount", nil, nil)
+}
+
+func (c *Client) SnapshotVolume(ctx context.Context, id string, r SnapshotRequest) (Snapshot, error) {
+	var out Snapshot
+	return out, c.do(ctx, "POST", "/v1/volumes/"+url.PathEscape(id)+"/snapshot", r, &out)
+}
+
+func (c *Client) DeleteVolume(ctx context.Context, id string) error {
+	return c.do(ctx, "DELETE", "/v1/volumes/"+url.PathEscape(id), nil, nil)
+}
+
+func (c *Client) Mkfs(ctx context.Context, r MkfsRequest) (Snapshot, error) {
+	var out Snapshot
+	return out, c.do(ctx, "POST", "/v1/snapshots/mkfs", r, &out)
+}
+
+// Snapshot looks up a snapshot, fetching its block map onto the node.
+func (c *Client) Snapshot(ctx context.Context, id digest.Digest) (Snapshot, error) {
+	var out Snapshot
+	return out, c.do(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id.String()), nil, &out)
+}
+
+func (c *Client) Stats(ctx context.Context) (NodeStats, error) {
+	var out NodeStats
+	return out, c.do(ctx, "GET", "/v1/stats", nil, &out)
+}
+
+// DropCaches empties the memory tier of the node cache, and with disk also its disk
+// tier (benchmarks use it for cold runs).
+func (c *Client) DropCaches(ctx context.Context, disk bool) error {
+	q := ""
+	if disk {
+		q = "?disk=1"
+	}
+	return c.do(ctx, "POST", "/v1/cache/drop"+q, nil, nil)
+}

@@ -1,0 +1,146 @@
+package api
+
+import (
+	"errors"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// DefaultSocket is where slackerd listens unless told otherwise.
+const DefaultSocket = "/run/slacker/slackerd.sock"
+
+// Sentinel errors a Client returns (wrapped with the server's message).
+var (
+	ErrNotFound    = errors.New("not found")
+	ErrExists      = errors.New("already exists")
+	ErrInvalid     = errors.New("invalid request")
+	ErrBusy        = errors.New("busy")
+	ErrUnavailable = errors.New("store unavailable")
+	ErrDaemon      = errors.New("slackerd is not running")
+)
+
+// Error kinds on the wire.
+const (
+	KindNotFound    = "not_found"
+	KindExists      = "exists"
+	KindInvalid     = "invalid"
+	KindBusy        = "busy"
+	KindUnavailable = "unavailable"
+	KindInternal    = "internal"
+)
+
+// ErrorBody is the body of every failed request.
+type ErrorBody struct {
+	Error string `json:"error"`
+	Kind  string `json:"kind"`
+}
+
+// Info describes the daemon.
+type Info struct {
+	Version   string `json:"version"`
+	Root      string `json:"root"`
+	Store     string `json:"store"`
+	ChunkSize int64  `json:"chunk_size"`
+	PID       int    `json:"pid"`
+}
+
+// CreateVolumeRequest clones Snapshot (or makes a blank volume of Size).
+type CreateVolumeRequest struct {
+	ID       string            `json:"id,omitempty"`
+	Snapshot digest.Digest     `json:"snapshot,omitempty"`
+	Size     int64             `json:"size,omitempty"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Mount    bool              `json:"mount,omitempty"` // mount it at once
+	ReadOnly bool              `json:"read_only,omitempty"`
+}
+
+// VolumeStats are a volume's I/O counters.
+type VolumeStats struct {
+	ReadBytes     int64 `json:"read_bytes"`
+	WrittenBytes  int64 `json:"written_bytes"`
+	BaseReadBytes int64 `json:"base_read_bytes"`
+	FetchedBytes  int64 `json:"fetched_bytes"`
+	CacheHits     int64 `json:"cache_hits"`
+	CacheMisses   int64 `json:"cache_misses"`
+	DeltaBytes    int64 `json:"delta_bytes"`
+	DeltaRuns     int64 `json:"delta_runs"`
+}
+
+// Volume describes a volume.
+type Volume struct {
+	ID         string            `json:"id"`
+	Labels     map[string]string `json:"labels,omitempty"`
+	Base       digest.Digest     `json:"base,omitempty"`
+	Size       int64             `json:"size"`
+	Mounted    bool              `json:"mounted"`
+	ReadOnly   bool              `json:"read_only,omitempty"`
+	Mountpoint string            `json:"mountpoint,omitempty"`
+	Device     string            `json:"device,omitempty"`
+	File       string            `json:"file"`
+	Created    time.Time         `json:"created"`
+	Stats      VolumeStats       `json:"stats"`
+}
+
+// MountRequest mounts a volume.
+type MountRequest struct {
+	ReadOnly bool `json:"read_only,omitempty"`
+}
+
+// SnapshotRequest snapshots a volume.
+type SnapshotRequest struct {
+	ChunkSize int64 `json:"chunk_size,omitempty"`
+}
+
+// Snapshot describes a snapshot taken or looked up.
+type Snapshot struct {
+	ID           digest.Digest `json:"id"`
+	Size         int64         `json:"size"`      // virtual size
+	DataSize     int64         `json:"data_size"` // bytes not in holes
+	ChunkBytes   int64         `json:"chunk_bytes"`
+	Chunks       int           `json:"chunks"`
+	Extents      int           `json:"extents"`
+	MapBytes     int           `json:"map_bytes,omitempty"`
+	DeltaBytes   int64         `json:"delta_bytes,omitempty"` // of a snapshot just taken
+	NewBytes     int64         `json:"new_bytes,omitempty"`
+	NewChunks    int           `json:"new_chunks,omitempty"`
+	ReusedChunks int           `json:"reused_chunks,omitempty"`
+	TookSeconds  float64       `json:"took_seconds,omitempty"`
+}
+
+// MkfsRequest makes a blank ext4 snapshot.
+type MkfsRequest struct {
+	Size int64 `json:"size,omitempty"`
+}
+
+// CacheStats are the node cache's counters.
+type CacheStats struct {
+	MemHits      int64 `json:"mem_hits"`
+	DiskHits     int64 `json:"disk_hits"`
+	Misses       int64 `json:"misses"`
+	FetchedBytes int64 `json:"fetched_bytes"`
+	Evictions    int64 `json:"evictions"`
+	Corrupt      int64 `json:"corrupt"`
+	DiskBytes    int64 `json:"disk_bytes"`
+	DiskChunks   int   `json:"disk_chunks"`
+	MemBytes     int64 `json:"mem_bytes"`
+	MaxBytes     int64 `json:"max_bytes"`
+}
+
+// FetchStats are the node fetcher's counters.
+type FetchStats struct {
+	FetchedBytes int64 `json:"fetched_bytes"`
+	Requests     int64 `json:"requests"`
+	Retries      int64 `json:"retries"`
+	Failures     int64 `json:"failures"`
+}
+
+// NodeStats are node-wide counters.
+type NodeStats struct {
+	Cache    CacheStats `json:"cache"`
+	Fetch    FetchStats `json:"fetch"`
+	Volumes  int        `json:"volumes"`
+	Mounted  int        `json:"mounted"`
+	RSSBytes int64      `json:"rss_bytes"`
+	PeakRSS  int64      `json:"peak_rss_bytes"`
+}

@@ -1,0 +1,112 @@
+// Package config reads slackerd's TOML configuration file and applies defaults. Flags
+// given on the command line override the file (cmd/slackerd does that).
+package config
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/slacker-dev/slacker/internal/units"
+)
+
+// DefaultRoot is where Slacker keeps its state unless told otherwise.
+const DefaultRoot = "/var/lib/slacker"
+
+// Daemon is slackerd's configuration. Sizes are strings such as "10GiB".
+type Daemon struct {
+	// Root holds node state (Root/node), the embedded store (Root/store) and names
+	// (Root/images).
+	Root   string `toml:"root"`
+	Socket string `toml:"socket"`
+	// Store is the chunk store's location; empty means the local store at Root/store.
+	Store     string `toml:"store"`
+	ChunkSize string `toml:"chunk_size"`
+	LogLevel  string `toml:"log_level"`
+	// DirectIO attaches loop devices with O_DIRECT (default true).
+	DirectIO *bool `toml:"direct_io"`
+	Cache    struct {
+		Size   string `toml:"size"`
+		Memory string `toml:"memory"`
+	} `toml:"cache"`
+	Fetch struct {
+		Parallel int    `toml:"parallel"`
+		Attempt  string `toml:"attempt_timeout"`
+		MaxWait  string `toml:"max_wait"`
+	} `toml:"fetch"`
+}
+
+// Defaults returns the configuration used when no file is given.
+func Defaults() Daemon {
+	d := Daemon{Root: DefaultRoot, Socket: "/run/slacker/slackerd.sock", ChunkSize: "512KiB", LogLevel: "info"}
+	d.Cache.Size, d.Cache.Memory = "10GiB", "64MiB"
+	return d
+}
+
+// Load reads path over the defaults. Unknown keys are an error.
+func Load(path string) (Daemon, error) {
+	d := Defaults()
+	md, err := toml.DecodeFile(path, &d)
+	if err != nil {
+		return d, fmt.Errorf("config %s: %w", path, err)
+	}
+	if und := md.Undecoded(); len(und) > 0 {
+		return d, fmt.Errorf("config %s: unknown keys %v", path, und)
+	}
+	return d, nil
+}
+
+// Resolved is a validated configuration with parsed values.
+type Resolved struct {
+	Root, NodeRoot, Socket, Store string
+	ChunkSize, CacheBytes, MemBytes int64
+	DirectIO                        bool
+	FetchParallel                   int
+	Attempt, MaxWait                time.Duration
+}
+
+// Resolve checks d and parses its values.
+func (d Daemon) Resolve() (Resolved, error) {
+	var r Resolved
+	var err error
+	if r.Root, err = filepath.Abs(d.Root); err != nil {
+		return r, err
+	}
+	r.NodeRoot = filepath.Join(r.Root, "node")
+	r.Socket = d.Socket
+	r.Store = d.Store
+	if r.Store == "" {
+		r.Store = filepath.Join(r.Root, "store")
+	}
+	if r.ChunkSize, err = units.ParseBytes(d.ChunkSize); err != nil {
+		return r, fmt.Errorf("chunk_size: %w", err)
+	}
+	if r.ChunkSize < 4096 || r.ChunkSize%4096 != 0 || r.ChunkSize > 64<<20 {
+		return r, fmt.Errorf("chunk_size %s: must be a multiple of 4KiB between 4KiB and 64MiB", d.ChunkSize)
+	}
+	if r.CacheBytes, err = units.ParseBytes(d.Cache.Size); err != nil {
+		return r, fmt.Errorf("cache.size: %w", err)
+	}
+	if r.MemBytes, err = units.ParseBytes(d.Cache.Memory); err != nil {
+		return r, fmt.Errorf("cache.memory: %w", err)
+	}
+	r.DirectIO = d.DirectIO == nil || *d.DirectIO
+	r.FetchParallel = d.Fetch.Parallel
+	if d.Fetch.Attempt != "" {
+		if r.Attempt, err = time.ParseDuration(d.Fetch.Attempt); err != nil {
+			return r, fmt.Errorf("fetch.attempt_timeout: %w", err)
+		}
+	}
+	if d.Fetch.MaxWait != "" {
+		if r.MaxWait, err = time.ParseDuration(d.Fetch.MaxWait); err != nil {
+			return r, fmt.Errorf("fetch.max_wait: %w", err)
+		}
+	}
+	if _, err := os.Stat(r.Root); err != nil && !os.IsNotExist(err) {
+		return r, err
+	}
+	return r, nil
+}

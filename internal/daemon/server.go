@@ -1,0 +1,305 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/volume"
+)
+
+// Version is slackerd's version, set at build time.
+var Version = "dev"
+
+// Server serves the API for one node.
+type Server struct {
+	node      *node.Node
+	log       *slog.Logger
+	storeDesc string
+	chunkSize int64
+	srv       *http.Server
+}
+
+// New returns a server for n. storeDesc describes the store for Info.
+func New(n *node.Node, storeDesc string, chunkSize int64, log *slog.Logger) *Server {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{node: n, log: log, storeDesc: storeDesc, chunkSize: chunkSize}
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /v1/info", s.info)
+	mux.HandleFunc("GET /v1/stats", s.stats)
+	mux.HandleFunc("GET /v1/volumes", s.listVolumes)
+	mux.HandleFunc("POST /v1/volumes", s.createVolume)
+	mux.HandleFunc("GET /v1/volumes/{id}", s.getVolume)
+	mux.HandleFunc("DELETE /v1/volumes/{id}", s.deleteVolume)
+	mux.HandleFunc("POST /v1/volumes/{id}/mount", s.mountVolume)
+	mux.HandleFunc("POST /v1/volumes/{id}/unmount", s.unmountVolume)
+	mux.HandleFunc("POST /v1/volumes/{id}/snapshot", s.snapshotVolume)
+	mux.HandleFunc("POST /v1/snapshots/mkfs", s.mkfs)
+	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
+	mux.HandleFunc("POST /v1/cache/drop", s.dropCache)
+	s.srv = &http.Server{Handler: s.logged(mux), ReadHeaderTimeout: 10 * time.Second}
+	return s
+}
+
+// Serve listens on the unix socket path (replacing a stale socket) until Shutdown.
+func (s *Server) Serve(socket string) error {
+	if err := os.MkdirAll(filepath.Dir(socket), 0o755); err != nil {
+		return err
+	}
+	if c, err := net.Dial("unix", socket); err == nil {
+		c.Close()
+		return fmt.Errorf("another slackerd already listens on %s", socket)
+	}
+	os.Remove(socket)
+	l, err := net.Listen("unix", socket)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", socket, err)
+	}
+	os.Chmod(socket, 0o600)
+	s.log.Info("api-listening", "socket", socket)
+	err = s.srv.Serve(l)
+	if errors.Is(err, http.ErrServerClosed) {
+		return nil
+	}
+	return err
+}
+
+// Shutdown stops accepting requests and waits for those running.
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusWriter) WriteHeader(code int) { w.status = code; w.ResponseWriter.WriteHeader(code) }
+
+func (s *Server) logged(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w, status: 200}
+		h.ServeHTTP(sw, r)
+		s.log.Debug("api-request", "method", r.Method, "path", r.URL.Path, "status", sw.status, "took", time.Since(start))
+	})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	json.NewEncoder(w).Encode(v)
+}
+
+// fail maps an error to its API kind and status: the one translation at this boundary.
+func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	kind, status := api.KindInternal, http.StatusInternalServerError
+	switch {
+	case errors.Is(err, node.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		kind, status = api.KindNotFound, http.StatusNotFound
+	case errors.Is(err, node.ErrExists):
+		kind, status = api.KindExists, http.StatusConflict
+	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, store.ErrInvalid):
+		kind, status = api.KindInvalid, http.StatusBadRequest
+	case errors.Is(err, node.ErrBusy):
+		kind, status = api.KindBusy, http.StatusConflict
+	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+		kind, status = api.KindUnavailable, http.StatusServiceUnavailable
+	}
+	if status == http.StatusInternalServerError {
+		s.log.Error("api-error", "method", r.Method, "path", r.URL.Path, "err", err)
+	}
+	writeJSON(w, status, api.ErrorBody{Error: err.Error(), Kind: kind})
+}
+
+func decode(r *http.Request, v any) error {
+	if r.ContentLength == 0 {
+		return nil
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: request body: %v", node.ErrInvalid, err)
+	}
+	return nil
+}
+
+func (s *Server) info(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, 200, api.Info{Version: Version, Root: s.node.Root(), Store: s.storeDesc,
+		ChunkSize: s.chunkSize, PID: os.Getpid()})
+}
+
+func volumeOf(v node.VolumeInfo) api.Volume {
+	return api.Volume{ID: v.ID, Labels: v.Labels, Base: v.Base, Size: v.Size, Mounted: v.Mountpoint != "",
+		ReadOnly: v.ReadOnly, Mountpoint: v.Mountpoint, Device: v.Device, File: v.File, Created: v.Created,
+		Stats: api.VolumeStats(v.Stats)}
+}
+
+func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
+	vs := s.node.Volumes()
+	out := make([]api.Volume, 0, len(vs))
+	for _, v := range vs {
+		out = append(out, volumeOf(v))
+	}
+	writeJSON(w, 200, out)
+}
+
+func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
+	var req api.CreateVolumeRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v, err := s.node.CreateVolume(r.Context(), node.CreateOptions{ID: req.ID, Snapshot: req.Snapshot, Size: req.Size, Labels: req.Labels})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	if req.Mount {
+		if v, err = s.node.MountVolume(r.Context(), v.ID, req.ReadOnly); err != nil {
+			s.node.DeleteVolume(context.WithoutCancel(r.Context()), v.ID)
+			s.fail(w, r, err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusCreated, volumeOf(v))
+}
+
+func (s *Server) getVolume(w http.ResponseWriter, r *http.Request) {
+	v, err := s.node.Volume(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, volumeOf(v))
+}
+
+func (s *Server) deleteVolume(w http.ResponseWriter, r *http.Request) {
+	if err := s.node.DeleteVolume(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) mountVolume(w http.ResponseWriter, r *http.Request) {
+	var req api.MountRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	v, err := s.node.MountVolume(r.Context(), r.PathValue("id"), req.ReadOnly)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, volumeOf(v))
+}
+
+func (s *Server) unmountVolume(w http.ResponseWriter, r *http.Request) {
+	if err := s.node.UnmountVolume(r.Context(), r.PathValue("id")); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func snapshotOf(m *blockmap.Map, id digest.Digest) api.Snapshot {
+	return api.Snapshot{ID: id, Size: m.Size, DataSize: m.DataSize(), ChunkBytes: m.ChunkBytes(),
+		Chunks: len(m.Chunks), Extents: len(m.Extents)}
+}
+
+func snapshotResult(res *volume.SnapshotResult, took time.Duration) api.Snapshot {
+	out := snapshotOf(res.Map, res.ID)
+	out.MapBytes, out.DeltaBytes, out.NewBytes = res.EncodedMapLen, res.DeltaBytes, res.NewBytes
+	out.NewChunks, out.ReusedChunks, out.TookSeconds = res.NewChunks, res.ReusedChunks, took.Seconds()
+	return out
+}
+
+func (s *Server) snapshotVolume(w http.ResponseWriter, r *http.Request) {
+	var req api.SnapshotRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	start := time.Now()
+	res, err := s.node.SnapshotVolume(r.Context(), r.PathValue("id"), node.SnapshotOptions{ChunkSize: req.ChunkSize})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, snapshotResult(res, time.Since(start)))
+}
+
+func (s *Server) mkfs(w http.ResponseWriter, r *http.Request) {
+	var req api.MkfsRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	start := time.Now()
+	res, err := s.node.MakeFilesystem(r.Context(), req.Size)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, snapshotResult(res, time.Since(start)))
+}
+
+func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
+	id := digest.Digest(r.PathValue("id"))
+	m, err := s.node.Map(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, snapshotOf(m, id))
+}
+
+func (s *Server) dropCache(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Query().Get("disk") != "" {
+		s.node.Cache().Purge()
+	} else {
+		s.node.Cache().DropMemory()
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
+	st := s.node.Stats()
+	rss, peak := memory()
+	writeJSON(w, 200, api.NodeStats{Cache: api.CacheStats(st.Cache), Fetch: api.FetchStats(st.Fetch),
+		Volumes: st.Volumes, Mounted: st.Mounted, RSSBytes: rss, PeakRSS: peak})
+}
+
+// memory returns this process's resident set size and its peak, from /proc.
+func memory() (rss, peak int64) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		var v int64
+		if _, err := fmt.Sscanf(line, "VmRSS: %d kB", &v); err == nil {
+			rss = v << 10
+		}
+		if _, err := fmt.Sscanf(line, "VmHWM: %d kB", &v); err == nil {
+			peak = v << 10
+		}
+	}
+	return rss, peak
+}

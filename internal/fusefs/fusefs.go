@@ -1,0 +1,237 @@
+package fusefs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+)
+
+// Volume is what the filesystem needs from a volume (*volume.Volume has it).
+type Volume interface {
+	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
+	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
+	Zero(ctx context.Context, off, n int64) error
+	Sync(ctx context.Context) error
+	Size() int64
+}
+
+// Options configure Mount.
+type Options struct {
+	// MaxRequest is the largest read or write the kernel sends, in bytes (1 MiB).
+	MaxRequest int
+	Logger     *slog.Logger
+	// IsOutOfRange classifies volume errors that should be ENOSPC.
+	IsOutOfRange func(error) bool
+	Debug        bool
+}
+
+// FS is a mounted volume directory.
+type FS struct {
+	mountpoint string
+	server     *fuse.Server
+	root       *dirNode
+	log        *slog.Logger
+	opts       Options
+
+	mu    sync.Mutex
+	files map[string]*fileNode
+}
+
+// Mount mounts an empty volume directory at mountpoint (created if missing).
+func Mount(mountpoint string, opts Options) (*FS, error) {
+	if opts.MaxRequest <= 0 {
+		opts.MaxRequest = 1 << 20
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(mountpoint, 0o700); err != nil {
+		return nil, fmt.Errorf("mount volume directory: %w", err)
+	}
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return nil, fmt.Errorf("mount volume directory: this kernel has no FUSE (/dev/fuse: %v); load the fuse module (modprobe fuse)", err)
+	}
+	f := &FS{mountpoint: mountpoint, log: opts.Logger, opts: opts, files: map[string]*fileNode{}}
+	f.root = &dirNode{}
+	timeout := time.Hour
+	server, err := fs.Mount(mountpoint, f.root, &fs.Options{
+		EntryTimeout: &timeout,
+		AttrTimeout:  &timeout,
+		MountOptions: fuse.MountOptions{
+			FsName:        "slacker",
+			Name:          "slacker",
+			DirectMount:   true,
+			MaxWrite:      opts.MaxRequest,
+			MaxReadAhead:  opts.MaxRequest,
+			MaxBackground: 64,
+			DisableXAttrs: true,
+			DisableSplice: true, // reads answer from memory buffers; splice only helps fd-backed results
+			Debug:         opts.Debug,
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("mount volume directory at %s: %w", mountpoint, err)
+	}
+	f.server = server
+	return f, nil
+}
+
+// Mountpoint returns the directory the volumes appear in.
+func (f *FS) Mountpoint() string { return f.mountpoint }
+
+// Path returns the file of the volume named name.
+func (f *FS) Path(name string) string { return f.mountpoint + "/" + name }
+
+// Add exposes v as the file name.
+func (f *FS) Add(name string, v Volume) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.files[name]; ok {
+		return "", fmt.Errorf("volume file %s: %w", name, os.ErrExist)
+	}
+	n := &fileNode{fs: f, name: name, vol: v}
+	ch := f.root.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG})
+	if !f.root.AddChild(name, ch, false) {
+		return "", fmt.Errorf("volume file %s: %w", name, os.ErrExist)
+	}
+	f.files[name] = n
+	return f.Path(name), nil
+}
+
+// Remove hides the volume's file. Callers first detach whatever uses it.
+func (f *FS) Remove(name string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.files[name]; !ok {
+		return fmt.Errorf("volume file %s: %w", name, os.ErrNotExist)
+	}
+	delete(f.files, name)
+	f.root.RmChild(name)
+	f.root.NotifyEntry(name)
+	return nil
+}
+
+// Unmount unmounts the directory; it fails while a volume file is in use.
+func (f *FS) Unmount() error {
+	if err := f.server.Unmount(); err != nil {
+		return fmt.Errorf("unmount %s: %w", f.mountpoint, err)
+	}
+	return nil
+}
+
+// Wait blocks until the filesystem is unmounted.
+func (f *FS) Wait() { f.server.Wait() }
+
+type dirNode struct{ fs.Inode }
+
+var _ fs.NodeGetattrer = (*dirNode)(nil)
+
+func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = 0o700 | syscall.S_IFDIR
+	return 0
+}
+
+type fileNode struct {
+	fs.Inode
+	fs   *FS
+	name string
+	vol  Volume
+}
+
+var (
+	_ fs.NodeGetattrer = (*fileNode)(nil)
+	_ fs.NodeSetattrer = (*fileNode)(nil)
+	_ fs.NodeOpener    = (*fileNode)(nil)
+	_ fs.NodeReader    = (*fileNode)(nil)
+	_ fs.NodeWriter    = (*fileNode)(nil)
+	_ fs.NodeFsyncer   = (*fileNode)(nil)
+	_ fs.NodeFlusher   = (*fileNode)(nil)
+	_ fs.NodeAllocater = (*fileNode)(nil)
+)
+
+func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = 0o600 | syscall.S_IFREG
+	out.Size = uint64(n.vol.Size())
+	out.Blocks = (out.Size + 511) / 512
+	out.Blksize = 4096
+	return 0
+}
+
+// Setattr accepts only a no-op truncate (losetup may ftruncate to the current size).
+func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok && int64(sz) != n.vol.Size() {
+		return syscall.EPERM
+	}
+	return n.Getattr(ctx, fh, out)
+}
+
+func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+}
+
+func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	k, err := n.vol.ReadAt(ctx, dest, off)
+	if err != nil && k == 0 && !isEOF(err) {
+		return nil, n.errno("read", off, len(dest), err)
+	}
+	return fuse.ReadResultData(dest[:k]), 0
+}
+
+func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	k, err := n.vol.WriteAt(ctx, data, off)
+	if err != nil {
+		return 0, n.errno("write", off, len(data), err)
+	}
+	return uint32(k), 0
+}
+
+func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
+	if err := n.vol.Sync(ctx); err != nil {
+		return n.errno("fsync", 0, 0, err)
+	}
+	return 0
+}
+
+func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
+
+func (n *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
+	switch {
+	case mode&unix.FALLOC_FL_PUNCH_HOLE != 0, mode&unix.FALLOC_FL_ZERO_RANGE != 0:
+		if err := n.vol.Zero(ctx, int64(off), int64(size)); err != nil {
+			return n.errno("zero", int64(off), int(size), err)
+		}
+		return 0
+	case mode == 0 || mode == unix.FALLOC_FL_KEEP_SIZE:
+		// Space is always available in the sparse delta; nothing to reserve.
+		if int64(off+size) > n.vol.Size() && mode == 0 {
+			return syscall.EFBIG
+		}
+		return 0
+	default:
+		return syscall.EOPNOTSUPP
+	}
+}
+
+func isEOF(err error) bool { return errors.Is(err, io.EOF) }
+
+// errno maps a volume error to the errno the kernel sees, logging I/O errors.
+func (n *fileNode) errno(op string, off int64, length int, err error) syscall.Errno {
+	switch {
+	case errors.Is(err, context.Canceled):
+		return syscall.EINTR
+	case n.fs.opts.IsOutOfRange != nil && n.fs.opts.IsOutOfRange(err):
+		return syscall.ENOSPC
+	}
+	n.fs.log.Error("volume-io-error", "volume", n.name, "op", op, "offset", off, "length", length, "err", err)
+	return syscall.EIO
+}

@@ -1,0 +1,179 @@
+package fusefs_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/cache"
+	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/fusefs"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/testutil"
+	"github.com/slacker-dev/slacker/internal/volume"
+)
+
+// TestExt4OnLoopOnFUSE writes files into ext4 on a loop device on a FUSE-served
+// volume, snapshots it, clones the snapshot, and reads the files back.
+func TestExt4OnLoopOnFUSE(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/dev/fuse")
+	testutil.RequireFile(t, "/dev/loop-control")
+	testutil.RequireTool(t, "mkfs.ext4", "e2fsck")
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.Open(cache.Options{Dir: filepath.Join(dir, "cache"), MaxBytes: 256 << 20}, fetch.New(st, fetch.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
+		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Debug:        os.Getenv("FUSEDEBUG") != "",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fsys.Unmount(); err != nil {
+			t.Error(err)
+		}
+	})
+	os.Mkdir(filepath.Join(dir, "vols"), 0o700)
+	const size = 512 << 20
+
+	attachAndMount := func(t *testing.T, name string, v *volume.Volume) (string, func()) {
+		file, err := fsys.Add(name, v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		loop, err := mount.AttachLoop(file, mount.LoopOptions{DirectIO: os.Getenv("NODIO") == "", Autoclear: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := loop.Path
+		mnt := filepath.Join(dir, "mnt-"+name)
+		err = mount.MountExt4(dev, mnt, false, "")
+		loop.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		done := false
+		cleanup := func() {
+			if done {
+				return
+			}
+			done = true
+			if _, err := mount.Unmount(mnt, 5*time.Second); err != nil {
+				t.Error(err)
+			}
+			waitDetached(t, file) // autoclear detaches the device
+			if out, err := mount.Fsck(ctx, file); err != nil {
+				t.Errorf("%v\n%s", err, out)
+			}
+			fsys.Remove(name)
+		}
+		t.Cleanup(cleanup)
+		return mnt, cleanup
+	}
+
+	blank, err := volume.Create(filepath.Join(dir, "vols", "blank"), "", nil, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := fsys.Add("blank", blank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := mount.Mkfs(ctx, file, mount.MkfsOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fsys.Remove("blank")
+	empty, err := blank.Snapshot(ctx, st, volume.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("empty ext4 of %d MiB: %d bytes of data in %d chunks, map %d bytes",
+		size>>20, empty.Map.DataSize(), len(empty.Map.Chunks), empty.EncodedMapLen)
+
+	// Clone, write files, snapshot.
+	a, err := volume.Create(filepath.Join(dir, "vols", "a"), empty.ID, empty.Map, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mntA, doneA := attachAndMount(t, "a", a)
+	files := map[string][]byte{}
+	for i, n := range []int{0, 1, 4095, 4096, 100000, 3 << 20} {
+		b := make([]byte, n)
+		rand.Read(b)
+		name := filepath.Join("d", string(rune('a'+i)))
+		os.MkdirAll(filepath.Join(mntA, "d"), 0o755)
+		if err := os.WriteFile(filepath.Join(mntA, name), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		files[name] = b
+	}
+	if err := os.Symlink("d/a", filepath.Join(mntA, "link")); err != nil {
+		t.Fatal(err)
+	}
+	doneA()
+	snapA, err := a.Snapshot(ctx, st, volume.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("snapshot after writing files: %d bytes examined, %d uploaded in %d chunks", snapA.DeltaBytes, snapA.NewBytes, snapA.NewChunks)
+
+	// Clone that snapshot (on a cold cache) and read the files back.
+	b, err := volume.Create(filepath.Join(dir, "vols", "b"), snapA.ID, snapA.Map, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mntB, _ := attachAndMount(t, "b", b)
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(mntB, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s differs after snapshot and clone", name)
+		}
+	}
+	if target, err := os.Readlink(filepath.Join(mntB, "link")); err != nil || target != "d/a" {
+		t.Fatalf("symlink: %q, %v", target, err)
+	}
+	if ok, _ := store.Exists(ctx, st, snapA.ID); !ok {
+		t.Fatal("snapshot map not in the store")
+	}
+	_ = blockmap.BlockSize
+}
+
+// waitDetached waits until no loop device uses file (autoclear runs asynchronously).
+func waitDetached(t *testing.T, file string) {
+	for i := 0; i < 100; i++ {
+		loops, _ := mount.ListLoops()
+		busy := false
+		for _, l := range loops {
+			if l.BackingFile == file {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("loop device still attached to %s", file)
+}

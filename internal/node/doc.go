@@ -1,0 +1,21 @@
+// Package node is one machine's Slacker state and the operations on it: volumes
+// cloned from snapshots, served as files through FUSE, attached to loop devices and
+// mounted as ext4; snapshots of volumes; blank filesystems; the shared chunk cache
+// and fetcher; and reconciliation after a crash.
+//
+// Layout under the node root (Config.Root):
+//
+//	volumes/<id>/      a volume's delta (package volume) and its node record node.json
+//	maps/<snapshot>    encoded block maps already fetched (verified on load)
+//	cache/             the chunk cache (package cache)
+//	fuse/              the FUSE mount where volume files appear
+//	mnt/<id>/          where a volume's ext4 filesystem is mounted
+//
+// On Open, everything a previous daemon left mounted or attached under the root is
+// torn down (ext4 mounts, loop devices backed by volume files, the dead FUSE mount),
+// volumes are reopened from their journals, and those recorded as mounted are mounted
+// again, so their fsynced writes are visible and ext4 replays its journal.
+//
+// The node never talks HTTP or gRPC (package daemon does) and never interprets the
+// files inside a volume (package convert does).
+package node

@@ -1,0 +1,661 @@
+package node
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/cache"
+	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/fusefs"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/volume"
+)
+
+// Sentinel errors of node operations.
+var (
+	ErrNotFound = errors.New("not found")
+	ErrExists   = errors.New("already exists")
+	ErrInvalid  = errors.New("invalid argument")
+	ErrBusy     = errors.New("busy")
+)
+
+// Config configures a node.
+type Config struct {
+	Root          string       // node state directory
+	Store         store.Store  // where snapshots live
+	CacheBytes    int64        // disk bound of the chunk cache (default 10 GiB)
+	CacheMemBytes int64        // memory tier of the chunk cache (default 64 MiB)
+	ChunkSize     int64        // largest chunk cut by snapshots (default volume.DefaultChunkSize)
+	DefaultSize   int64        // virtual size of blank filesystems (default 10 GiB)
+	NoDirectIO    bool         // loop devices without O_DIRECT (the backing file gets a page cache)
+	Fetch         fetch.Options
+	Logger        *slog.Logger
+}
+
+// Record is the node's record of a volume (volumes/<id>/node.json).
+type Record struct {
+	ID       string            `json:"id"`
+	Labels   map[string]string `json:"labels,omitempty"`
+	Mounted  bool              `json:"mounted"`
+	ReadOnly bool              `json:"read_only,omitempty"`
+	Created  time.Time         `json:"created"`
+}
+
+// VolumeInfo describes a volume.
+type VolumeInfo struct {
+	Record
+	Base       digest.Digest `json:"base,omitempty"`
+	Size       int64         `json:"size"`
+	Mountpoint string        `json:"mountpoint,omitempty"`
+	Device     string        `json:"device,omitempty"`
+	File       string        `json:"file"`
+	Stats      volume.Stats  `json:"stats"`
+}
+
+// Node is safe for concurrent use.
+type Node struct {
+	cfg     Config
+	log     *slog.Logger
+	fetcher *fetch.Fetcher
+	cache   *cache.Cache
+	fs      *fusefs.FS
+
+	mapsMu sync.Mutex
+	maps   map[digest.Digest]*blockmap.Map
+
+	mu   sync.Mutex
+	vols map[string]*vol
+}
+
+type vol struct {
+	mu     sync.Mutex // serializes mount, unmount, snapshot, delete
+	v      *volume.Volume
+	rec    Record
+	dev    string // loop device while mounted
+	mnt    string
+	file   string // FUSE file
+	gone   bool
+}
+
+var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
+
+// Open opens the node at cfg.Root, reconciling what a previous run left behind.
+func Open(ctx context.Context, cfg Config) (*Node, error) {
+	if cfg.Root == "" || cfg.Store == nil {
+		return nil, fmt.Errorf("open node: root and store are required")
+	}
+	root, err := filepath.Abs(cfg.Root)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Root = root
+	if cfg.CacheBytes <= 0 {
+		cfg.CacheBytes = 10 << 30
+	}
+	if cfg.ChunkSize <= 0 {
+		cfg.ChunkSize = volume.DefaultChunkSize
+	}
+	if cfg.DefaultSize <= 0 {
+		cfg.DefaultSize = 10 << 30
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if os.Geteuid() != 0 {
+		return nil, fmt.Errorf("open node: slackerd must run as root (it mounts FUSE, loop devices and ext4)")
+	}
+	n := &Node{cfg: cfg, log: log, maps: map[digest.Digest]*blockmap.Map{}, vols: map[string]*vol{}}
+	// Reconcile first: a dead FUSE mount left by a crash fails even a stat.
+	if err := n.reconcile(); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"volumes", "maps", "cache", "fuse", "mnt"} {
+		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
+			return nil, fmt.Errorf("open node: %w", err)
+		}
+	}
+	fopts := cfg.Fetch
+	fopts.Logger = log
+	n.fetcher = fetch.New(cfg.Store, fopts)
+	n.cache, err = cache.Open(cache.Options{Dir: filepath.Join(root, "cache"), MaxBytes: cfg.CacheBytes,
+		MemBytes: cfg.CacheMemBytes, Logger: log}, n.fetcher)
+	if err != nil {
+		return nil, fmt.Errorf("open node: %w", err)
+	}
+	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
+		Logger:       log,
+		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
+	})
+	if err != nil {
+		return nil, fmt.Errorf("open node: %w", err)
+	}
+	if err := n.loadVolumes(ctx); err != nil {
+		n.Close(ctx)
+		return nil, err
+	}
+	return n, nil
+}
+
+// reconcile tears down mounts and loop devices left under the root by a previous
+// process (normally one that crashed).
+func (n *Node) reconcile() error {
+	mounts, err := mount.Mounts(n.cfg.Root)
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	for _, m := range mounts {
+		lazy, err := mount.Unmount(m.Target, 2*time.Second)
+		if err != nil {
+			return fmt.Errorf("reconcile: %w", err)
+		}
+		n.log.Warn("reconcile-unmounted", "target", m.Target, "fstype", m.FSType, "source", m.Source, "lazy", lazy)
+	}
+	loops, err := mount.ListLoops()
+	if err != nil {
+		return fmt.Errorf("reconcile: %w", err)
+	}
+	fuseDir := filepath.Join(n.cfg.Root, "fuse") + "/"
+	for _, l := range loops {
+		if strings.HasPrefix(l.BackingFile, fuseDir) {
+			if err := mount.DetachLoop(l.Path); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+			n.log.Warn("reconcile-detached-loop", "device", l.Path, "file", l.BackingFile)
+		}
+	}
+	return nil
+}
+
+func (n *Node) loadVolumes(ctx context.Context) error {
+	ents, err := os.ReadDir(filepath.Join(n.cfg.Root, "volumes"))
+	if err != nil {
+		return fmt.Errorf("load volumes: %w", err)
+	}
+	for _, e := range ents {
+		id := e.Name()
+		dir := n.volDir(id)
+		if strings.HasSuffix(id, ".deleting") {
+			os.RemoveAll(dir) // a delete interrupted by a crash
+			continue
+		}
+		rec, err := readRecord(dir)
+		if err != nil {
+			n.log.Error("volume-unreadable", "volume", id, "err", err)
+			continue
+		}
+		meta, err := volume.ReadMeta(dir)
+		if err != nil {
+			n.log.Error("volume-unreadable", "volume", id, "err", err)
+			continue
+		}
+		var base *blockmap.Map
+		if meta.Base != "" {
+			if base, err = n.Map(ctx, meta.Base); err != nil {
+				n.log.Error("volume-base-unavailable", "volume", id, "snapshot", meta.Base, "err", err)
+				continue
+			}
+		}
+		v, err := volume.Open(dir, base, n.cache)
+		if err != nil {
+			n.log.Error("volume-unreadable", "volume", id, "err", err)
+			continue
+		}
+		x := &vol{v: v, rec: rec}
+		if x.file, err = n.fs.Add(id, v); err != nil {
+			v.Close()
+			return err
+		}
+		n.vols[id] = x
+		if rec.Mounted {
+			if err := n.mountLocked(x, rec.ReadOnly); err != nil {
+				n.log.Error("volume-remount-failed", "volume", id, "err", err)
+				continue
+			}
+			n.log.Info("volume-remounted", "volume", id, "mountpoint", x.mnt)
+		}
+	}
+	return nil
+}
+
+func (n *Node) volDir(id string) string { return filepath.Join(n.cfg.Root, "volumes", id) }
+
+func readRecord(dir string) (Record, error) {
+	var r Record
+	b, err := os.ReadFile(filepath.Join(dir, "node.json"))
+	if err != nil {
+		return r, err
+	}
+	return r, json.Unmarshal(b, &r)
+}
+
+func writeRecord(dir string, r Record) error {
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp := filepath.Join(dir, "node.json.tmp")
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
+		return err
+	}
+	f, err := os.Open(tmp)
+	if err == nil {
+		f.Sync()
+		f.Close()
+	}
+	return os.Rename(tmp, filepath.Join(dir, "node.json"))
+}
+
+// Map returns the decoded block map of snapshot id, from the node's map directory or
+// the store. Every map is verified against its ID.
+func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error) {
+	if err := store.CheckDigest(id); err != nil {
+		return nil, fmt.Errorf("snapshot %q: %w", id, ErrInvalid)
+	}
+	n.mapsMu.Lock()
+	m, ok := n.maps[id]
+	n.mapsMu.Unlock()
+	if ok {
+		return m, nil
+	}
+	path := filepath.Join(n.cfg.Root, "maps", id.Encoded())
+	b, err := os.ReadFile(path)
+	if err != nil || store.Verify(id, b) != nil {
+		b, err = n.fetcher.Object(ctx, id)
+		if errors.Is(err, store.ErrNotFound) {
+			return nil, fmt.Errorf("snapshot %s is not in the store: %w", id, ErrNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("fetch snapshot %s: %w", id, err)
+		}
+		if err := os.WriteFile(path+".tmp", b, 0o600); err == nil {
+			os.Rename(path+".tmp", path)
+		}
+	}
+	m, err = blockmap.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot %s: %w", id, err)
+	}
+	n.mapsMu.Lock()
+	n.maps[id] = m
+	n.mapsMu.Unlock()
+	return m, nil
+}
+
+// CreateOptions configure CreateVolume.
+type CreateOptions struct {
+	ID       string            // empty: a random ID
+	Snapshot digest.Digest     // base; empty for a blank volume
+	Size     int64             // 0: the base's size (or DefaultSize if blank)
+	Labels   map[string]string //
+}
+
+func randomID() string {
+	b := make([]byte, 12)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// CreateVolume clones a snapshot (or makes a blank volume) in O(1).
+func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo, error) {
+	id := opts.ID
+	if id == "" {
+		id = randomID()
+	}
+	if !idPattern.MatchString(id) || strings.HasSuffix(id, ".deleting") {
+		return VolumeInfo{}, fmt.Errorf("volume ID %q: %w: use letters, digits, '_', '.', '-'", id, ErrInvalid)
+	}
+	var base *blockmap.Map
+	size := opts.Size
+	if opts.Snapshot != "" {
+		var err error
+		if base, err = n.Map(ctx, opts.Snapshot); err != nil {
+			return VolumeInfo{}, err
+		}
+		if size == 0 {
+			size = base.Size
+		}
+	} else if size == 0 {
+		size = n.cfg.DefaultSize
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if _, ok := n.vols[id]; ok {
+		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrExists)
+	}
+	dir := n.volDir(id)
+	v, err := volume.Create(dir, opts.Snapshot, base, size, n.cache)
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrExists)
+		}
+		return VolumeInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	rec := Record{ID: id, Labels: opts.Labels, Created: time.Now().UTC()}
+	if err := writeRecord(dir, rec); err != nil {
+		v.Delete()
+		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
+	}
+	x := &vol{v: v, rec: rec}
+	if x.file, err = n.fs.Add(id, v); err != nil {
+		v.Delete()
+		return VolumeInfo{}, err
+	}
+	n.vols[id] = x
+	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size)
+	return x.info(), nil
+}
+
+func (x *vol) info() VolumeInfo {
+	m := x.v.Meta()
+	return VolumeInfo{Record: x.rec, Base: m.Base, Size: m.Size, Mountpoint: x.mnt, Device: x.dev,
+		File: x.file, Stats: x.v.Stats()}
+}
+
+func (n *Node) get(id string) (*vol, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	x, ok := n.vols[id]
+	if !ok {
+		return nil, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+	}
+	return x, nil
+}
+
+// Volume describes one volume.
+func (n *Node) Volume(id string) (VolumeInfo, error) {
+	x, err := n.get(id)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return x.info(), nil
+}
+
+// Volumes lists every volume, sorted by creation time.
+func (n *Node) Volumes() []VolumeInfo {
+	n.mu.Lock()
+	xs := make([]*vol, 0, len(n.vols))
+	for _, x := range n.vols {
+		xs = append(xs, x)
+	}
+	n.mu.Unlock()
+	out := make([]VolumeInfo, 0, len(xs))
+	for _, x := range xs {
+		x.mu.Lock()
+		out = append(out, x.info())
+		x.mu.Unlock()
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
+	return out
+}
+
+// MountVolume attaches the volume to a loop device and mounts its ext4 filesystem.
+// Mounting a mounted volume returns its mountpoint.
+func (n *Node) MountVolume(ctx context.Context, id string, readOnly bool) (VolumeInfo, error) {
+	x, err := n.get(id)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.gone {
+		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+	}
+	if x.mnt != "" {
+		return x.info(), nil
+	}
+	if err := n.mountLocked(x, readOnly); err != nil {
+		return VolumeInfo{}, err
+	}
+	x.rec.Mounted, x.rec.ReadOnly = true, readOnly
+	if err := writeRecord(n.volDir(id), x.rec); err != nil {
+		n.unmountLocked(x)
+		return VolumeInfo{}, fmt.Errorf("mount volume %s: %w", id, err)
+	}
+	return x.info(), nil
+}
+
+func (n *Node) mountLocked(x *vol, readOnly bool) error {
+	start := time.Now()
+	loop, err := mount.AttachLoop(x.file, mount.LoopOptions{ReadOnly: readOnly, DirectIO: !n.cfg.NoDirectIO, Autoclear: true})
+	if err != nil {
+		return fmt.Errorf("mount volume %s: %w", x.rec.ID, err)
+	}
+	defer loop.Close() // the mount holds the device; autoclear frees it on unmount
+	mnt := filepath.Join(n.cfg.Root, "mnt", x.rec.ID)
+	if err := mount.MountExt4(loop.Path, mnt, readOnly, ""); err != nil {
+		return fmt.Errorf("mount volume %s: %w (is it a formatted ext4 volume?)", x.rec.ID, err)
+	}
+	x.dev, x.mnt = loop.Path, mnt
+	n.log.Info("volume-mounted", "volume", x.rec.ID, "device", loop.Path, "mountpoint", mnt, "read_only", readOnly,
+		"took", time.Since(start))
+	return nil
+}
+
+// UnmountVolume unmounts the volume's filesystem and detaches its loop device.
+func (n *Node) UnmountVolume(ctx context.Context, id string) error {
+	x, err := n.get(id)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err := n.unmountLocked(x); err != nil {
+		return err
+	}
+	x.rec.Mounted = false
+	return writeRecord(n.volDir(id), x.rec)
+}
+
+func (n *Node) unmountLocked(x *vol) error {
+	if x.mnt == "" {
+		return nil
+	}
+	lazy, err := mount.Unmount(x.mnt, 10*time.Second)
+	if err != nil {
+		return fmt.Errorf("unmount volume %s: %w: %w", x.rec.ID, ErrBusy, err)
+	}
+	if lazy {
+		n.log.Warn("volume-unmounted-lazily", "volume", x.rec.ID, "mountpoint", x.mnt,
+			"reason", "still busy after 10s; detached, the device goes when its last user does")
+	}
+	n.waitLoopFree(x.file, x.dev)
+	os.Remove(x.mnt)
+	x.mnt, x.dev = "", ""
+	return nil
+}
+
+// waitLoopFree waits for autoclear to detach dev from file, and detaches it if not.
+func (n *Node) waitLoopFree(file, dev string) {
+	for i := 0; i < 250; i++ {
+		loops, _ := mount.ListLoops()
+		busy := false
+		for _, l := range loops {
+			if l.BackingFile == file {
+				busy = true
+			}
+		}
+		if !busy {
+			return
+		}
+		time.Sleep(4 * time.Millisecond)
+	}
+	if err := mount.DetachLoop(dev); err != nil {
+		n.log.Warn("loop-detach-failed", "device", dev, "err", err)
+	}
+}
+
+// SnapshotOptions configure SnapshotVolume.
+type SnapshotOptions struct {
+	ChunkSize int64
+	Progress  func(done, total int64)
+}
+
+// SnapshotVolume snapshots a volume in O(changed data). A mounted filesystem is
+// frozen (flushed and held still) for the duration.
+func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptions) (*volume.SnapshotResult, error) {
+	x, err := n.get(id)
+	if err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.gone {
+		return nil, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+	}
+	start := time.Now()
+	if x.mnt != "" && !x.rec.ReadOnly {
+		thaw, err := mount.Freeze(x.mnt)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot volume %s: %w", id, err)
+		}
+		defer func() {
+			if err := thaw(); err != nil {
+				n.log.Error("thaw-failed", "volume", id, "err", err)
+			}
+		}()
+	}
+	chunk := opts.ChunkSize
+	if chunk == 0 {
+		chunk = n.cfg.ChunkSize
+	}
+	res, err := x.v.Snapshot(ctx, n.cfg.Store, volume.SnapshotOptions{
+		ChunkSize: chunk,
+		Progress:  opts.Progress,
+		OnChunk: func(c blockmap.Chunk, data []byte) {
+			// This node is likely to read what it just wrote: keep it cached.
+			if err := n.cache.Put(c, data); err != nil {
+				n.log.Warn("cache-seed-failed", "chunk", c.Digest, "err", err)
+			}
+		},
+	})
+	if err != nil {
+		return nil, err
+	}
+	n.mapsMu.Lock()
+	n.maps[res.ID] = res.Map
+	n.mapsMu.Unlock()
+	n.log.Info("volume-snapshotted", "volume", id, "snapshot", res.ID, "delta_bytes", res.DeltaBytes,
+		"new_bytes", res.NewBytes, "new_chunks", res.NewChunks, "reused_chunks", res.ReusedChunks, "took", time.Since(start))
+	return res, nil
+}
+
+// DeleteVolume unmounts and deletes a volume.
+func (n *Node) DeleteVolume(ctx context.Context, id string) error {
+	x, err := n.get(id)
+	if err != nil {
+		return err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if err := n.unmountLocked(x); err != nil {
+		return err
+	}
+	if err := n.fs.Remove(id); err != nil {
+		n.log.Warn("fuse-remove-failed", "volume", id, "err", err)
+	}
+	// Rename first, so a crash mid-delete leaves a directory Open removes.
+	dir := n.volDir(id)
+	trash := dir + ".deleting"
+	if err := os.Rename(dir, trash); err != nil {
+		return fmt.Errorf("delete volume %s: %w", id, err)
+	}
+	x.gone = true
+	n.mu.Lock()
+	delete(n.vols, id)
+	n.mu.Unlock()
+	x.v.Delete() // closes; its directory is already renamed
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("delete volume %s: %w", id, err)
+	}
+	n.log.Info("volume-deleted", "volume", id)
+	return nil
+}
+
+// MakeFilesystem makes a blank ext4 filesystem of size bytes (0: DefaultSize) and
+// returns its snapshot: the base every converted image starts from.
+func (n *Node) MakeFilesystem(ctx context.Context, size int64) (*volume.SnapshotResult, error) {
+	info, err := n.CreateVolume(ctx, CreateOptions{Size: size, Labels: map[string]string{"slacker.kind": "mkfs"}})
+	if err != nil {
+		return nil, err
+	}
+	defer n.DeleteVolume(context.WithoutCancel(ctx), info.ID)
+	if err := mount.Mkfs(ctx, info.File, mount.MkfsOptions{}); err != nil {
+		return nil, err
+	}
+	return n.SnapshotVolume(ctx, info.ID, SnapshotOptions{})
+}
+
+// Stats are node-wide counters.
+type Stats struct {
+	Cache   cache.Stats `json:"cache"`
+	Fetch   fetch.Stats `json:"fetch"`
+	Volumes int         `json:"volumes"`
+	Mounted int         `json:"mounted"`
+}
+
+func (n *Node) Stats() Stats {
+	s := Stats{Cache: n.cache.Stats(), Fetch: n.fetcher.Stats()}
+	for _, v := range n.Volumes() {
+		s.Volumes++
+		if v.Mountpoint != "" {
+			s.Mounted++
+		}
+	}
+	return s
+}
+
+// Cache returns the node's chunk cache.
+func (n *Node) Cache() *cache.Cache { return n.cache }
+
+// Root returns the node's state directory.
+func (n *Node) Root() string { return n.cfg.Root }
+
+// Close unmounts every volume (keeping their records, so the next Open mounts them
+// again), closes them and unmounts the FUSE directory.
+func (n *Node) Close(ctx context.Context) error {
+	n.mu.Lock()
+	xs := make([]*vol, 0, len(n.vols))
+	for _, x := range n.vols {
+		xs = append(xs, x)
+	}
+	n.mu.Unlock()
+	var errs []error
+	for _, x := range xs {
+		x.mu.Lock()
+		if err := n.unmountLocked(x); err != nil {
+			errs = append(errs, err)
+		}
+		if err := x.v.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close volume %s: %w", x.rec.ID, err))
+		}
+		x.gone = true
+		x.mu.Unlock()
+	}
+	if n.fs != nil {
+		if err := n.fs.Unmount(); err != nil {
+			if _, lerr := mount.Unmount(n.fs.Mountpoint(), time.Second); lerr != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
