@@ -61,7 +61,7 @@ func Load(path string) (Daemon, error) {
 
 // Resolved is a validated configuration with parsed values.
 type Resolved struct {
-	Root, NodeRoot, Socket, Store string
+	Root, NodeRoot, Socket, Store   string
 	ChunkSize, CacheBytes, MemBytes int64
 	DirectIO                        bool
 	FetchParallel                   int

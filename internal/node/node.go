@@ -37,13 +37,13 @@ var (
 
 // Config configures a node.
 type Config struct {
-	Root          string       // node state directory
-	Store         store.Store  // where snapshots live
-	CacheBytes    int64        // disk bound of the chunk cache (default 10 GiB)
-	CacheMemBytes int64        // memory tier of the chunk cache (default 64 MiB)
-	ChunkSize     int64        // largest chunk cut by snapshots (default volume.DefaultChunkSize)
-	DefaultSize   int64        // virtual size of blank filesystems (default 10 GiB)
-	NoDirectIO    bool         // loop devices without O_DIRECT (the backing file gets a page cache)
+	Root          string      // node state directory
+	Store         store.Store // where snapshots live
+	CacheBytes    int64       // disk bound of the chunk cache (default 10 GiB)
+	CacheMemBytes int64       // memory tier of the chunk cache (default 64 MiB)
+	ChunkSize     int64       // largest chunk cut by snapshots (default volume.DefaultChunkSize)
+	DefaultSize   int64       // virtual size of blank filesystems (default 10 GiB)
+	NoDirectIO    bool        // loop devices without O_DIRECT (the backing file gets a page cache)
 	Fetch         fetch.Options
 	Logger        *slog.Logger
 }
@@ -84,13 +84,13 @@ type Node struct {
 }
 
 type vol struct {
-	mu     sync.Mutex // serializes mount, unmount, snapshot, delete
-	v      *volume.Volume
-	rec    Record
-	dev    string // loop device while mounted
-	mnt    string
-	file   string // FUSE file
-	gone   bool
+	mu   sync.Mutex // serializes mount, unmount, snapshot, delete
+	v    *volume.Volume
+	rec  Record
+	dev  string // loop device while mounted
+	mnt  string
+	file string // FUSE file
+	gone bool
 }
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
