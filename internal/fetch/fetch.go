@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/opencontainers/go-digest"
+
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -120,6 +122,12 @@ func (f *Fetcher) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	}
 }
 
+// Object returns a whole object of unknown size (a block map), with the same
+// retries and bounds as Fetch.
+func (f *Fetcher) Object(ctx context.Context, d digest.Digest) ([]byte, error) {
+	return f.Fetch(ctx, blockmap.Chunk{Digest: d, Size: -1})
+}
+
 func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Attempt)
 	defer cancel()
@@ -127,7 +135,7 @@ func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(data)) != c.Size {
+	if c.Size >= 0 && int64(len(data)) != c.Size {
 		return nil, fmt.Errorf("chunk %s has %d bytes, the map says %d: %w", c.Digest, len(data), c.Size, store.ErrCorrupt)
 	}
 	return data, nil
