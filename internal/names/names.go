@@ -1,0 +1,201 @@
+package names
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/image"
+)
+
+// ErrNotFound: no such name or chain.
+var ErrNotFound = errors.New("no such image")
+
+// Store is a directory of names and chains.
+type Store struct{ dir string }
+
+// Open opens (creating) the store in dir.
+func Open(dir string) (*Store, error) {
+	for _, sub := range []string{"images", "chains"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o700); err != nil {
+			return nil, fmt.Errorf("open name store: %w", err)
+		}
+	}
+	return &Store{dir: dir}, nil
+}
+
+// Normalize returns the canonical form of an image name: a reference with a tag
+// (":latest" added when none) or a digest. Names without a registry stay local
+// ("debian" -> "debian:latest"); names with one are kept as given.
+func Normalize(s string) (string, error) {
+	ref, err := name.ParseReference(s, name.WithDefaultRegistry(""), name.WithDefaultTag("latest"))
+	if err != nil {
+		return "", fmt.Errorf("image name %q: %w", s, err)
+	}
+	n := ref.Name()
+	return strings.TrimPrefix(n, "library/"), nil
+}
+
+// Entry is a stored name.
+type Entry struct {
+	Name       string            `json:"name"`
+	Descriptor *image.Descriptor `json:"descriptor"`
+	Updated    time.Time         `json:"updated"`
+}
+
+func (s *Store) imagePath(n string) string {
+	return filepath.Join(s.dir, "images", digest.FromString(n).Encoded()+".json")
+}
+
+// Put names d (replacing what the name pointed to).
+func (s *Store) Put(n string, d *image.Descriptor) error {
+	n, err := Normalize(n)
+	if err != nil {
+		return err
+	}
+	enc, err := d.Encode()
+	if err != nil {
+		return fmt.Errorf("name %s: %w", n, err)
+	}
+	b, err := json.Marshal(struct {
+		Name       string          `json:"name"`
+		Descriptor json.RawMessage `json:"descriptor"`
+		Updated    time.Time       `json:"updated"`
+	}{n, enc, time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	return writeAtomic(s.imagePath(n), b)
+}
+
+// Get returns the descriptor named n.
+func (s *Store) Get(n string) (*Entry, error) {
+	nn, err := Normalize(n)
+	if err != nil {
+		return nil, err
+	}
+	b, err := os.ReadFile(s.imagePath(nn))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("image %s: %w", n, ErrNotFound)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return decodeEntry(b)
+}
+
+func decodeEntry(b []byte) (*Entry, error) {
+	var raw struct {
+		Name       string          `json:"name"`
+		Descriptor json.RawMessage `json:"descriptor"`
+		Updated    time.Time       `json:"updated"`
+	}
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return nil, fmt.Errorf("name store entry: %w", err)
+	}
+	d, err := image.Decode(raw.Descriptor)
+	if err != nil {
+		return nil, fmt.Errorf("name store entry %s: %w", raw.Name, err)
+	}
+	return &Entry{Name: raw.Name, Descriptor: d, Updated: raw.Updated}, nil
+}
+
+// List returns every entry, sorted by name.
+func (s *Store) List() ([]*Entry, error) {
+	ents, err := os.ReadDir(filepath.Join(s.dir, "images"))
+	if err != nil {
+		return nil, err
+	}
+	var out []*Entry
+	for _, e := range ents {
+		if !strings.HasSuffix(e.Name(), ".json") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(s.dir, "images", e.Name()))
+		if err != nil {
+			continue // deleted meanwhile
+		}
+		en, err := decodeEntry(b)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, en)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// Delete removes a name (not the snapshots it names).
+func (s *Store) Delete(n string) error {
+	nn, err := Normalize(n)
+	if err != nil {
+		return err
+	}
+	if err := os.Remove(s.imagePath(nn)); errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("image %s: %w", n, ErrNotFound)
+	} else if err != nil {
+		return err
+	}
+	return nil
+}
+
+// Chain returns the snapshot made for an OCI chain ID (or any other conversion key).
+func (s *Store) Chain(key digest.Digest) (digest.Digest, error) {
+	b, err := os.ReadFile(filepath.Join(s.dir, "chains", key.Encoded()))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("chain %s: %w", key, ErrNotFound)
+	}
+	if err != nil {
+		return "", err
+	}
+	d := digest.Digest(strings.TrimSpace(string(b)))
+	if err := d.Validate(); err != nil {
+		return "", fmt.Errorf("chain %s: corrupt entry: %w", key, err)
+	}
+	return d, nil
+}
+
+// PutChain records the snapshot made for key.
+func (s *Store) PutChain(key, snapshot digest.Digest) error {
+	return writeAtomic(filepath.Join(s.dir, "chains", key.Encoded()), []byte(snapshot.String()+"\n"))
+}
+
+// ForgetChain removes a chain entry (e.g. when its snapshot is gone from the store).
+func (s *Store) ForgetChain(key digest.Digest) error {
+	err := os.Remove(filepath.Join(s.dir, "chains", key.Encoded()))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		os.Remove(tmp.Name())
+		return err
+	}
+	tmp.Close()
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		os.Remove(tmp.Name())
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,67 @@
+package registry
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/random"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// TestPushPull publishes a descriptor to Debian's docker-registry and resolves it.
+func TestPushPull(t *testing.T) {
+	testutil.RequireTool(t, "docker-registry")
+	ctx := context.Background()
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	d := &image.Descriptor{
+		Snapshot: digest.FromString("snap"), Size: 10 << 30, DataSize: 300 << 20,
+		Config:  ocispec.ImageConfig{Cmd: []string{"echo", "hello"}, Env: []string{"PATH=/usr/bin:/bin"}},
+		Created: time.Now().UTC().Truncate(time.Second),
+	}
+	ref := reg.Addr + "/slacker/debian:bookworm"
+	res, err := Push(ctx, ref, d, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, pres, err := Pull(ctx, ref, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Snapshot != d.Snapshot || got.Config.Cmd[1] != "hello" || pres.ManifestDigest != res.ManifestDigest {
+		t.Fatalf("pulled %+v / %+v", got, pres)
+	}
+	if pres.BytesMoved > 16<<10 {
+		t.Fatalf("pull moved %d bytes for a 300 MB image; want kilobytes", pres.BytesMoved)
+	}
+	if _, _, err := Pull(ctx, reg.Addr+"/slacker/missing:x", Options{}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("missing ref: %v", err)
+	}
+	// An ordinary OCI image is refused with advice, never used as if it were ours.
+	plain := reg.Addr + "/plain/image:v1"
+	img, _ := random.Image(1024, 1)
+	pr, _ := name.ParseReference(plain)
+	if err := remote.Write(pr, img); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := Pull(ctx, plain, Options{}); !errors.Is(err, ErrNotSlacker) || !strings.Contains(err.Error(), "slacker convert") {
+		t.Fatalf("ordinary image: %v", err)
+	}
+	reg.Stop()
+	if _, _, err := Pull(ctx, ref, Options{}); !errors.Is(err, ErrUnreachable) {
+		t.Fatalf("stopped registry: %v", err)
+	}
+}
