@@ -108,7 +108,7 @@ func run(cfg config.Daemon) error {
 		return err
 	}
 	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
-	srv := daemon.New(n, storeDesc, r.ChunkSize, log)
+	srv := daemon.New(n, daemon.Options{StateRoot: r.Root, Store: storeDesc, ChunkSize: r.ChunkSize, Logger: log})
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(r.Socket) }()
 	select {

@@ -38,8 +38,12 @@ type ErrorBody struct {
 
 // Info describes the daemon.
 type Info struct {
-	Version   string `json:"version"`
-	Root      string `json:"root"`
+	Version string `json:"version"`
+	// StateRoot is Slacker's state directory on this node: the CLI keeps image names
+	// (StateRoot/images), containers (StateRoot/containers) and runc's state
+	// (StateRoot/runc) there.
+	StateRoot string `json:"state_root"`
+	Root      string `json:"root"` // the node's directory (volumes, cache, mounts)
 	Store     string `json:"store"`
 	ChunkSize int64  `json:"chunk_size"`
 	PID       int    `json:"pid"`

@@ -30,16 +30,26 @@ type Server struct {
 	node      *node.Node
 	log       *slog.Logger
 	storeDesc string
+	stateRoot string
 	chunkSize int64
 	srv       *http.Server
 }
 
-// New returns a server for n. storeDesc describes the store for Info.
-func New(n *node.Node, storeDesc string, chunkSize int64, log *slog.Logger) *Server {
+// Options describe the daemon for Info.
+type Options struct {
+	StateRoot string // Slacker's state directory (names, containers)
+	Store     string // the store's location, for display
+	ChunkSize int64
+	Logger    *slog.Logger
+}
+
+// New returns a server for n.
+func New(n *node.Node, o Options) *Server {
+	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{node: n, log: log, storeDesc: storeDesc, chunkSize: chunkSize}
+	s := &Server{node: n, log: log, storeDesc: o.Store, stateRoot: o.StateRoot, chunkSize: o.ChunkSize}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/info", s.info)
 	mux.HandleFunc("GET /v1/stats", s.stats)
@@ -139,7 +149,7 @@ func decode(r *http.Request, v any) error {
 }
 
 func (s *Server) info(w http.ResponseWriter, r *http.Request) {
-	writeJSON(w, 200, api.Info{Version: Version, Root: s.node.Root(), Store: s.storeDesc,
+	writeJSON(w, 200, api.Info{Version: Version, StateRoot: s.stateRoot, Root: s.node.Root(), Store: s.storeDesc,
 		ChunkSize: s.chunkSize, PID: os.Getpid()})
 }
 

@@ -1,0 +1,280 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/spf13/cobra"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/convert"
+	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/names"
+	"github.com/slacker-dev/slacker/internal/registry"
+	"github.com/slacker-dev/slacker/internal/units"
+)
+
+func newConvert(e *env) *cobra.Command {
+	var sizeStr string
+	var noDevices bool
+	cmd := &cobra.Command{
+		Use:   "convert SOURCE NAME",
+		Short: "Convert an OCI image into Slacker snapshots, one per layer",
+		Long: `Convert an OCI image into block-level snapshots by layer flattening: each layer is
+applied to a clone of its parent's snapshot and snapshotted. Layers already converted
+(same OCI chain ID) are reused, so images that share layers share chunks.
+
+SOURCE is one of:
+  oci:DIR[:TAG]              an OCI layout directory
+  oci-archive:FILE[:TAG]     an OCI layout in a tar file
+  docker-archive:FILE[:TAG]  a tar written by docker save or skopeo
+  [docker://]REF             an image in a registry
+A plain path is recognized by its content.`,
+		Example: `  slacker convert oci:/tmp/layout:bookworm debian:bookworm
+  slacker convert docker-archive:debian.tar debian
+  slacker convert 127.0.0.1:5000/library/debian:bookworm debian`,
+		Args: cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := e.connect(ctx); err != nil {
+				return err
+			}
+			target, err := names.Normalize(args[1])
+			if err != nil {
+				return err
+			}
+			var size int64
+			if sizeStr != "" {
+				if size, err = units.ParseBytes(sizeStr); err != nil {
+					return err
+				}
+			}
+			src, err := convert.Open(ctx, args[0], convert.OpenOptions{Insecure: e.insecure})
+			if err != nil {
+				return err
+			}
+			defer src.Close()
+			fmt.Fprintf(e.progress(), "converting %s (%s)\n", args[0], src.Kind)
+			d, st, err := convert.Convert(ctx, src, convert.Options{
+				Node: e.client, Chains: e.names, Size: size, NoDevices: noDevices,
+				Progress: e.progress(), Logger: e.log,
+			})
+			if err != nil {
+				return fmt.Errorf("convert %s: %w", args[0], err)
+			}
+			if err := e.names.Put(target, d); err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return e.printJSON(map[string]any{"name": target, "descriptor": d, "stats": st})
+			}
+			fmt.Fprintf(e.stdout, "%s: snapshot %s, %d layers (%d reused), %s of data, %s uploaded, in %.1fs\n",
+				target, d.Snapshot, st.Layers, st.LayersReused, units.Bytes(d.DataSize), units.Bytes(st.BytesUploaded), st.Took.Seconds())
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&sizeStr, "size", "", "virtual size of the image's filesystem (default: slackerd's, 10GiB)")
+	cmd.Flags().BoolVar(&noDevices, "no-devices", false, "refuse layers that contain device nodes")
+	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
+	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func newPush(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "push IMAGE REF",
+		Short:   "Publish an image's descriptor to an OCI registry (kilobytes; data stays in the store)",
+		Example: `  slacker push debian:bookworm 127.0.0.1:5000/slacker/debian:bookworm`,
+		Args:    cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := e.connect(ctx); err != nil {
+				return err
+			}
+			en, err := e.names.Get(args[0])
+			if err != nil {
+				return imageErr(err, args[0])
+			}
+			start := time.Now()
+			res, err := registry.Push(ctx, args[1], en.Descriptor, e.regOpts())
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return e.printJSON(res)
+			}
+			fmt.Fprintf(e.stdout, "pushed %s: %s (%d bytes in %s)\n", res.Reference, res.ManifestDigest, res.BytesMoved,
+				time.Since(start).Round(time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
+	return cmd
+}
+
+// pullImage resolves ref in its registry, names it locally and fetches its block map.
+func (e *env) pullImage(ctx context.Context, ref string) (*image.Descriptor, *registry.Result, error) {
+	d, res, err := registry.Pull(ctx, ref, e.regOpts())
+	if err != nil {
+		return nil, nil, err
+	}
+	if _, err := e.client.Snapshot(ctx, d.Snapshot); err != nil {
+		if errors.Is(err, api.ErrNotFound) {
+			return nil, nil, fmt.Errorf("%s names snapshot %s, which is not in this node's store (%s): the node that pushed it must share the store", ref, d.Snapshot, e.info.Store)
+		}
+		return nil, nil, err
+	}
+	if err := e.names.Put(ref, d); err != nil {
+		return nil, nil, err
+	}
+	return d, res, nil
+}
+
+func newPull(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:     "pull REF",
+		Short:   "Resolve a Slacker image in a registry (moves kilobytes, whatever its size)",
+		Example: `  slacker pull 127.0.0.1:5000/slacker/debian:bookworm`,
+		Args:    cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			ctx := cmd.Context()
+			if err := e.connect(ctx); err != nil {
+				return err
+			}
+			start := time.Now()
+			d, res, err := e.pullImage(ctx, args[0])
+			if err != nil {
+				return err
+			}
+			took := time.Since(start)
+			if e.jsonOut {
+				return e.printJSON(map[string]any{"reference": res.Reference, "manifest": res.ManifestDigest,
+					"snapshot": d.Snapshot, "bytes_moved": res.BytesMoved, "seconds": took.Seconds()})
+			}
+			fmt.Fprintf(e.stdout, "pulled %s: snapshot %s (%s of data); moved %d bytes in %s\n", res.Reference, d.Snapshot,
+				units.Bytes(d.DataSize), res.BytesMoved, took.Round(time.Millisecond))
+			return nil
+		},
+	}
+	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
+	return cmd
+}
+
+func imageErr(err error, name string) error {
+	if errors.Is(err, names.ErrNotFound) {
+		return fmt.Errorf("no image %q on this node: convert it (slacker convert) or pull it (slacker pull REF)", name)
+	}
+	return err
+}
+
+func newImages(e *env) *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "images",
+		Short: "List images on this node",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := e.connect(cmd.Context()); err != nil {
+				return err
+			}
+			list, err := e.names.List()
+			if err != nil {
+				return err
+			}
+			if e.jsonOut {
+				return e.printJSON(list)
+			}
+			if e.quiet {
+				for _, en := range list {
+					fmt.Fprintln(e.stdout, en.Name)
+				}
+				return nil
+			}
+			w := e.table()
+			fmt.Fprintln(w, "NAME\tSNAPSHOT\tLAYERS\tDATA\tSIZE\tCREATED")
+			for _, en := range list {
+				d := en.Descriptor
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", en.Name, shortID(d.Snapshot), len(d.Layers),
+					units.Bytes(d.DataSize), units.Bytes(d.Size), ago(d.Created))
+			}
+			return w.Flush()
+		},
+	}
+	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print JSON")
+	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "names only")
+	return cmd
+}
+
+func newRmi(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rmi IMAGE...",
+		Short: "Remove image names (the snapshots stay in the store until garbage collection)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := e.connect(cmd.Context()); err != nil {
+				return err
+			}
+			var errs []error
+			for _, a := range args {
+				if err := e.names.Delete(a); err != nil {
+					errs = append(errs, imageErr(err, a))
+					continue
+				}
+				fmt.Fprintln(e.stdout, "removed", a)
+			}
+			return errors.Join(errs...)
+		},
+	}
+}
+
+func newTag(e *env) *cobra.Command {
+	return &cobra.Command{
+		Use:   "tag IMAGE NEWNAME",
+		Short: "Give an image another name",
+		Args:  cobra.ExactArgs(2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := e.connect(cmd.Context()); err != nil {
+				return err
+			}
+			en, err := e.names.Get(args[0])
+			if err != nil {
+				return imageErr(err, args[0])
+			}
+			return e.names.Put(args[1], en.Descriptor)
+		},
+	}
+}
+
+func shortID(d digest.Digest) string {
+	s := d.Encoded()
+	if len(s) > 12 {
+		return s[:12]
+	}
+	return s
+}
+
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	d := time.Since(t)
+	switch {
+	case d < time.Minute:
+		return fmt.Sprintf("%ds ago", int(d.Seconds()))
+	case d < time.Hour:
+		return fmt.Sprintf("%dm ago", int(d.Minutes()))
+	case d < 48*time.Hour:
+		return fmt.Sprintf("%dh ago", int(d.Hours()))
+	default:
+		return fmt.Sprintf("%dd ago", int(d.Hours()/24))
+	}
+}
+
+// looksRemote reports whether an image name includes a registry host.
+func looksRemote(s string) bool {
+	host, _, ok := strings.Cut(s, "/")
+	return ok && (strings.ContainsAny(host, ".:") || host == "localhost")
+}
