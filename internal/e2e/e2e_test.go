@@ -1,0 +1,228 @@
+package e2e
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/fstree"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+func cli(t *testing.T, p *testenv.Process, want int, args ...string) string {
+	t.Helper()
+	out, errOut, code := p.CLI(t, args...)
+	if code != want {
+		t.Fatalf("slacker %s: exit %d, want %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, want, out, errOut)
+	}
+	return out
+}
+
+// TestDebianConvertPushPullRun is the main path: a real Debian image is converted,
+// checked file by file against umoci's unpacking, pushed to a real registry, pulled
+// on a node with empty state (moving kilobytes) and run lazily.
+func TestDebianConvertPushPullRun(t *testing.T) {
+	testutil.RequireTool(t, "runc", "docker-registry", "umoci")
+	layout := testenv.DebianOCI(t)
+	ctx := context.Background()
+	work := t.TempDir()
+	store := filepath.Join(work, "store")
+	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
+
+	out := cli(t, a, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
+	if !strings.Contains(out, "debian:bookworm: snapshot sha256:") {
+		t.Fatalf("convert said: %s", out)
+	}
+	// The converted filesystem equals umoci's unpacking of the same image.
+	c := api.NewClient(a.Socket)
+	var images []struct {
+		Name       string `json:"name"`
+		Descriptor struct {
+			Snapshot string `json:"snapshot"`
+			DataSize int64  `json:"dataSize"`
+		} `json:"descriptor"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
+		t.Fatalf("images --json: %v %+v", err, images)
+	}
+	vol, err := c.CreateVolume(ctx, api.CreateVolumeRequest{ID: "check", Snapshot: digest.Digest(images[0].Descriptor.Snapshot), Mount: true, ReadOnly: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bundle := filepath.Join(work, "umoci")
+	testenv.Run(t, "umoci", "unpack", "--image", layout+":bookworm", bundle)
+	diffs, err := fstree.Compare(ctx, vol.Mountpoint, filepath.Join(bundle, "rootfs"), fstree.Options{
+		Mtimes: true, IgnoreRoot: true, Ignore: []string{"lost+found"}, LabelA: "slacker", LabelB: "umoci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range diffs {
+		if i == 20 {
+			t.Errorf("... and %d more", len(diffs)-20)
+			break
+		}
+		t.Errorf("%s", d)
+	}
+	if err := c.DeleteVolume(ctx, "check"); err != nil {
+		t.Fatal(err)
+	}
+	os.RemoveAll(bundle)
+
+	out = cli(t, a, 0, "run", "--rm", "debian:bookworm", "--", "cat", "/etc/debian_version")
+	if !strings.HasPrefix(out, "12.") {
+		t.Fatalf("debian_version: %q", out)
+	}
+
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	ref := reg.Addr + "/slacker/debian:bookworm"
+	cli(t, a, 0, "push", "debian:bookworm", ref)
+	a.Stop()
+
+	// Node B: empty state, same store.
+	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store)
+	var pulled struct {
+		BytesMoved int64 `json:"bytes_moved"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, b, 0, "pull", "--json", ref)), &pulled); err != nil {
+		t.Fatal(err)
+	}
+	if pulled.BytesMoved <= 0 || pulled.BytesMoved > 16<<10 {
+		t.Fatalf("pull moved %d bytes; want a few kilobytes", pulled.BytesMoved)
+	}
+	if out := cli(t, b, 0, "run", "--name", "hello", ref, "--", "echo", "hello"); out != "hello\n" {
+		t.Fatalf("run echo: %q", out)
+	}
+	cli(t, b, 3, "run", "--rm", ref, "--", "sh", "-c", "exit 3")
+	cli(t, b, 127, "run", "--rm", ref, "--", "no-such-command")
+	var st struct {
+		Containers []struct {
+			Name   string          `json:"name"`
+			Volume api.VolumeStats `json:"volume"`
+		} `json:"containers"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, b, 0, "stats", "--json", "hello")), &st); err != nil || len(st.Containers) != 1 {
+		t.Fatalf("stats: %v %+v", err, st)
+	}
+	fetched, data := st.Containers[0].Volume.FetchedBytes, images[0].Descriptor.DataSize
+	t.Logf("echo hello fetched %d of %d bytes (%.1f%%)", fetched, data, 100*float64(fetched)/float64(data))
+	if fetched == 0 || fetched > data/4 {
+		t.Fatalf("echo hello fetched %d of the image's %d bytes: not lazy", fetched, data)
+	}
+	// Commit a change, run the new image.
+	cli(t, b, 0, "run", "--name", "changer", ref, "--", "sh", "-c", "echo changed > /etc/motd")
+	cli(t, b, 0, "commit", "changer", "debian:changed")
+	if out := cli(t, b, 0, "run", "--rm", "debian:changed", "--", "cat", "/etc/motd"); out != "changed\n" {
+		t.Fatalf("committed image: %q", out)
+	}
+	cli(t, b, 0, "rm", "hello", "changer")
+	if out := cli(t, b, 0, "ps", "-a", "-q"); out != "" {
+		t.Fatalf("containers left: %q", out)
+	}
+}
+
+// TestKill9DuringFsyncedWrites kills slackerd with SIGKILL while a writer fsyncs
+// files into a mounted volume, restarts it, and checks every fsynced file and the
+// filesystem.
+func TestKill9DuringFsyncedWrites(t *testing.T) {
+	work := t.TempDir()
+	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"))
+	ctx := context.Background()
+	c := api.NewClient(p.Socket)
+	blank, err := c.Mkfs(ctx, api.MkfsRequest{Size: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vol, err := c.CreateVolume(ctx, api.CreateVolumeRequest{ID: "v", Snapshot: blank.ID, Mount: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The writer: each file is written, fsynced, then recorded as durable.
+	var mu sync.Mutex
+	durable := map[string]string{}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			name := fmt.Sprintf("f%05d", i)
+			data := []byte(strings.Repeat(name, 1000+i%7*500))
+			f, err := os.OpenFile(filepath.Join(vol.Mountpoint, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o644)
+			if err != nil {
+				return
+			}
+			_, werr := f.Write(data)
+			serr := f.Sync()
+			f.Close()
+			if werr != nil || serr != nil {
+				return
+			}
+			sum := sha256.Sum256(data)
+			mu.Lock()
+			durable[name] = hex.EncodeToString(sum[:])
+			mu.Unlock()
+		}
+	}()
+	for {
+		mu.Lock()
+		n := len(durable)
+		mu.Unlock()
+		if n >= 200 {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	p.Kill9()
+	close(stop)
+	<-done
+	mu.Lock()
+	defer mu.Unlock()
+	t.Logf("killed slackerd after %d fsynced files", len(durable))
+
+	p.Restart()
+	if !strings.Contains(p.Log(), "reconcile-unmounted") {
+		t.Errorf("restarted slackerd did not report reconciling the crash's mounts")
+	}
+	vol, err = c.Volume(ctx, "v")
+	if err != nil || !vol.Mounted {
+		t.Fatalf("volume after restart: %+v, %v", vol, err)
+	}
+	for name, sum := range durable {
+		data, err := os.ReadFile(filepath.Join(vol.Mountpoint, name))
+		if err != nil {
+			t.Fatalf("fsynced file %s: %v", name, err)
+		}
+		got := sha256.Sum256(data)
+		if hex.EncodeToString(got[:]) != sum {
+			t.Fatalf("fsynced file %s has other content after the crash", name)
+		}
+	}
+	if err := c.UnmountVolume(ctx, "v"); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mount.Fsck(ctx, vol.File); err != nil {
+		t.Fatalf("filesystem not clean after kill -9 and restart: %v\n%s", err, out)
+	}
+}

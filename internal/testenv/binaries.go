@@ -1,0 +1,172 @@
+package testenv
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// moduleRoot finds the directory holding go.mod above the working directory.
+func moduleRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", fmt.Errorf("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Binaries builds slacker and slackerd once per test process and returns their paths.
+func Binaries(t testing.TB) (slacker, slackerd string) {
+	t.Helper()
+	buildOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			buildErr = err
+			return
+		}
+		buildDir, buildErr = os.MkdirTemp("", "slacker-test-bin-")
+		if buildErr != nil {
+			return
+		}
+		cmd := exec.Command("go", "build", "-o", buildDir, "./cmd/slacker", "./cmd/slackerd")
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return filepath.Join(buildDir, "slacker"), filepath.Join(buildDir, "slackerd")
+}
+
+// Process is a slackerd running as a child process.
+type Process struct {
+	Root, Socket, Store string
+	bin                 string
+	cmd                 *exec.Cmd
+	log                 *os.File
+	done                chan struct{}
+	t                   testing.TB
+}
+
+// StartProcess starts the slackerd binary with root and store, and waits until it
+// answers. The process is stopped in t.Cleanup (and whatever it left is cleaned up).
+func StartProcess(t testing.TB, root, store string, extra ...string) *Process {
+	t.Helper()
+	RequirePrivileged(t)
+	_, bin := Binaries(t)
+	p := &Process{Root: root, Socket: filepath.Join(root, "slackerd.sock"), Store: store, bin: bin, t: t}
+	p.start(extra...)
+	t.Cleanup(func() {
+		p.Stop()
+		CheckNoMounts(t, root)
+	})
+	return p
+}
+
+func (p *Process) start(extra ...string) {
+	p.t.Helper()
+	var err error
+	if p.log, err = os.OpenFile(filepath.Join(p.Root, "slackerd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+		os.MkdirAll(p.Root, 0o700)
+		if p.log, err = os.OpenFile(filepath.Join(p.Root, "slackerd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600); err != nil {
+			p.t.Fatal(err)
+		}
+	}
+	args := append([]string{"--root", p.Root, "--socket", p.Socket, "--store", p.Store, "--cache-size", "2GiB", "--log-level", "debug"}, extra...)
+	p.cmd = exec.Command(p.bin, args...)
+	p.cmd.Stdout, p.cmd.Stderr = p.log, p.log
+	p.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := p.cmd.Start(); err != nil {
+		p.t.Fatal(err)
+	}
+	p.done = make(chan struct{})
+	go func(cmd *exec.Cmd, done chan struct{}) { cmd.Wait(); close(done) }(p.cmd, p.done)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := waitSocket(ctx, p.Socket); err != nil {
+		p.t.Fatalf("slackerd did not start: %v\n%s", err, p.Log())
+	}
+}
+
+// Log returns what the daemon logged.
+func (p *Process) Log() string {
+	b, _ := os.ReadFile(filepath.Join(p.Root, "slackerd.log"))
+	return string(b)
+}
+
+// Kill9 kills the daemon with SIGKILL, leaving its mounts behind as a crash would.
+func (p *Process) Kill9() {
+	p.cmd.Process.Signal(syscall.SIGKILL)
+	<-p.done
+	p.log.Close()
+}
+
+// Restart starts the daemon again on the same root.
+func (p *Process) Restart(extra ...string) { p.start(extra...) }
+
+// Stop stops the daemon gracefully (SIGTERM), killing it after 30s.
+func (p *Process) Stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Errorf("slackerd did not stop on SIGTERM within 30s; killing it")
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+	}
+	p.log.Close()
+}
+
+// CLI runs the slacker binary against this daemon and returns stdout, stderr and the
+// exit code.
+func (p *Process) CLI(t testing.TB, args ...string) (string, string, int) {
+	t.Helper()
+	return RunCLI(t, p.Socket, args...)
+}
+
+// RunCLI runs the slacker binary against the daemon on socket.
+func RunCLI(t testing.TB, socket string, args ...string) (string, string, int) {
+	t.Helper()
+	bin, _ := Binaries(t)
+	cmd := exec.Command(bin, args...)
+	cmd.Env = append(os.Environ(), "SLACKER_SOCKET="+socket)
+	var out, errb strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("slacker %v: %v", args, err)
+	}
+	return out.String(), errb.String(), code
+}
