@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -257,6 +258,27 @@ func TestApply(t *testing.T) {
 			},
 		},
 		{
+			name:  "dangling symlinks in parents are followed inside root and their directories created",
+			lower: [][]ent{{symlink("a", "/b/c"), dir("x"), symlink("x/l", "../y/z"), symlink("up", "/../../q")}},
+			layer: []ent{file("a/d/e", "via abs"), file("x/l/f", "via rel"), file("up/r", "clamped")},
+			want: map[string]string{
+				".":       rootLine,
+				"a":       "symlink /b/c 0:0",
+				"b":       "dir 0755 0:0",
+				"b/c":     "dir 0755 0:0",
+				"b/c/d":   "dir 0755 0:0",
+				"b/c/d/e": `file 0644 0:0 "via abs"`,
+				"x":       "dir 0755 0:0",
+				"x/l":     "symlink ../y/z 0:0",
+				"y":       "dir 0755 0:0",
+				"y/z":     "dir 0755 0:0",
+				"y/z/f":   `file 0644 0:0 "via rel"`,
+				"up":      "symlink /../../q 0:0",
+				"q":       "dir 0755 0:0",
+				"q/r":     `file 0644 0:0 "clamped"`,
+			},
+		},
+		{
 			name:  "the root entry updates the root's metadata only",
 			layer: []ent{dir("./").withMode(0o750).withOwner(0, 10), file("./a", "a")},
 			want: map[string]string{
@@ -332,6 +354,20 @@ func TestApply(t *testing.T) {
 				tc.stats(t, st)
 			}
 		})
+	}
+}
+
+// TestApplySymlinkLoop checks that a parent that is a symlink loop fails cleanly.
+func TestApplySymlinkLoop(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, root := newRoot(t)
+	apply(t, root, layer(t, symlink("loop", "loop"), symlink("p1", "p2"), symlink("p2", "p1")), archive.Options{})
+	for _, name := range []string{"loop/x", "p1/x"} {
+		_, err := archive.Apply(context.Background(), root, bytes.NewReader(layer(t, file(name, "x"))), archive.Options{})
+		var ee *archive.EntryError
+		if !errors.As(err, &ee) || ee.Name != name || !errors.Is(err, unix.ELOOP) {
+			t.Errorf("%s: err = %v, want ELOOP naming the entry", name, err)
+		}
 	}
 }
 
@@ -493,4 +529,24 @@ func (c *countReader) Read(b []byte) (int, error) {
 	n, err := c.r.Read(b)
 	c.n += int64(n)
 	return n, err
+}
+
+// TestApplyLogsSkippedXattr checks that an xattr the filesystem refuses is logged with
+// the entry's name and counted, and does not fail the layer.
+func TestApplyLogsSkippedXattr(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, root := newRoot(t)
+	var buf bytes.Buffer
+	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	st := apply(t, root, layer(t, file("bogus", "b").withXattr("bogus.ns", "x")), archive.Options{Logger: log})
+	if st.XattrsSkipped != 1 {
+		t.Errorf("stats = %+v, want 1 skipped xattr", st)
+	}
+	out := buf.String()
+	if !strings.Contains(out, `"msg":"xattr-skipped"`) || !strings.Contains(out, `"entry":"bogus"`) || !strings.Contains(out, `"xattr":"bogus.ns"`) {
+		t.Errorf("log does not report the skipped xattr with its entry:\n%s", out)
+	}
+	if !strings.Contains(out, `"msg":"layer-applied"`) {
+		t.Errorf("no layer-applied summary:\n%s", out)
+	}
 }

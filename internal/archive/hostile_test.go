@@ -49,11 +49,15 @@ func (s *sandbox) outsideTree(t *testing.T) *fstree.Tree {
 	return tr
 }
 
+// fstreeDiff compares the outside of the sandbox with what it was at the start.
+func fstreeDiff(s *sandbox, after *fstree.Tree) []fstree.Difference {
+	return fstree.Diff(s.before, after, fstree.Options{Mtimes: true, DirMtimes: true, LabelA: "before", LabelB: "after"})
+}
+
 // check asserts nothing outside root changed and what root held before is still there.
 func (s *sandbox) check(t *testing.T) {
 	t.Helper()
-	after := s.outsideTree(t)
-	for _, d := range fstree.Diff(s.before, after, fstree.Options{Mtimes: true, DirMtimes: true, LabelA: "before", LabelB: "after"}) {
+	for _, d := range fstreeDiff(s, s.outsideTree(t)) {
 		t.Errorf("outside root changed: %s", d)
 	}
 	if b, err := os.ReadFile(filepath.Join(s.root, "pre")); err != nil || string(b) != "before" {

@@ -1,7 +1,6 @@
 package archive_test
 
 import (
-	"archive/tar"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -216,5 +215,3 @@ func decompressAll(t *testing.T, data []byte) []byte {
 	must(t, err)
 	return out
 }
-
-var _ = tar.TypeReg
