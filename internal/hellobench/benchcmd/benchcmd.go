@@ -107,7 +107,7 @@ func newBuildCommand(f *corpusFlags) *cobra.Command {
 	var (
 		file, only, minFree, suite, mirror, snapshot string
 		jobs                                         int
-		keepApt, force, recommends                   bool
+		keepApt, force, recheck, recommends          bool
 	)
 	cmd := &cobra.Command{
 		Use:   "build --workloads FILE [--only NAME,...]",
@@ -141,7 +141,7 @@ func newBuildCommand(f *corpusFlags) *cobra.Command {
 			stderr := cmd.ErrOrStderr()
 			c, err := corpus.Open(corpus.Options{
 				Dir: f.dir, Source: corpus.Source{Suite: suite, Mirror: mirror, Snapshot: snapshot, Recommends: recommends},
-				MinFree: mf, Jobs: jobs, KeepAptCache: keepApt, Force: force,
+				MinFree: mf, Jobs: jobs, KeepAptCache: keepApt, Force: force, Recheck: recheck,
 				Logger: f.logger(stderr), Progress: stderr,
 			})
 			if err != nil {
@@ -169,6 +169,7 @@ func newBuildCommand(f *corpusFlags) *cobra.Command {
 	fl.IntVarP(&jobs, "jobs", "j", 1, "layers built at once")
 	fl.BoolVar(&keepApt, "keep-apt-cache", false, "keep apt lists and downloaded .debs under DIR/work/apt")
 	fl.BoolVar(&force, "force", false, "rebuild images even when up to date (cached layers are reused)")
+	fl.BoolVar(&recheck, "recheck", false, "rebuild app layers to re-run the checks of each cmd against its image")
 	fl.StringVar(&suite, "suite", corpus.DefaultSource.Suite, "Debian suite")
 	fl.StringVar(&mirror, "mirror", corpus.DefaultSource.Mirror, "Debian mirror")
 	fl.StringVar(&snapshot, "snapshot", "", "label of the mirror state; part of every layer key")

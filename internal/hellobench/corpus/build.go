@@ -49,6 +49,9 @@ type Options struct {
 	KeepAptCache bool
 	// Force rebuilds images whose records are up to date (layers stay cached).
 	Force bool
+	// Recheck rebuilds every app layer, which re-runs the checks of each image's
+	// cmd against the image (see AnalyzeCmd); package layers stay cached.
+	Recheck bool
 	// Logger gets structured events; nil discards.
 	Logger *slog.Logger
 	// Progress gets one human line per event (stderr in the CLI); nil discards.
@@ -252,7 +255,7 @@ func (c *Corpus) Build(ctx context.Context, ws []*workload.Workload) (*Report, e
 	rep := &Report{}
 	var todo []*workload.Workload
 	for _, w := range ws {
-		if rec, ok := c.upToDate(w); ok && !c.opts.Force {
+		if rec, ok := c.upToDate(w); ok && !c.opts.Force && !c.opts.Recheck {
 			rep.Results = append(rep.Results, Result{Name: w.Name, Status: StatusUpToDate, Record: rec})
 			c.progressf("%-16s up to date (%s)", w.Name, rec.Manifest[:19])
 			continue
@@ -339,7 +342,7 @@ func (c *Corpus) buildAll(ctx context.Context, ws []*workload.Workload, rep *Rep
 	for key := range b.forest.Nodes {
 		var rec LayerRecord
 		if err := readJSON(c.path("layers", key+".json"), &rec); err == nil &&
-			(rec.Empty || c.Layout.HasBlob(rec.Digest, rec.Size)) {
+			(rec.Empty || c.Layout.HasBlob(rec.Digest, rec.Size)) && !(c.opts.Recheck && rec.Kind == StepApp) {
 			b.records[key] = &rec
 		}
 	}
@@ -665,7 +668,11 @@ func (b *build) buildLayer(n *Node, lowers []string, dir string, worker int) (*L
 			return rec, nil
 		}
 	}
-	blob, err := WriteLayerFromDir(b.ctx, dir, b.c.Layout.BlobsDir())
+	var clamp time.Time
+	if n.Kind == StepApp {
+		clamp = appTime
+	}
+	blob, err := writeLayerFromDir(b.ctx, dir, b.c.Layout.BlobsDir(), clamp)
 	if err != nil {
 		return nil, err
 	}

@@ -522,11 +522,17 @@ func (job *helperJob) app(root string) (*helperResult, error) {
 			}
 		}
 	}
-	if len(job.Cmd) > 0 {
-		if p := findCmd(job.Cmd[0]); p == "" {
-			res.Problems = append(res.Problems, fmt.Sprintf("cmd %q not found in the image (PATH %s)", job.Cmd[0], imagePath))
+	need := AnalyzeCmd(job.Cmd)
+	for _, prog := range need.Programs {
+		if p := findCmd(prog); p == "" {
+			res.Problems = append(res.Problems, fmt.Sprintf("cmd needs %q, which is not in the image (PATH %s)", prog, imagePath))
 		} else {
-			res.Notes = append(res.Notes, fmt.Sprintf("cmd %q resolves to %s", job.Cmd[0], p))
+			res.Notes = append(res.Notes, fmt.Sprintf("%s -> %s", prog, p))
+		}
+	}
+	for _, f := range need.Files {
+		if _, err := os.Stat(f); err != nil {
+			res.Problems = append(res.Problems, fmt.Sprintf("cmd names %s, which is not in the image", f))
 		}
 	}
 	inst, err := dpkgInChroot()

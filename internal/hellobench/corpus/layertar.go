@@ -135,6 +135,16 @@ func (bw *blobWriter) commit(b *Blob) error {
 // links. Entries are written in lexical order with mtimes in whole seconds, so
 // the same tree gives the same blob.
 func WriteLayerFromDir(ctx context.Context, dir, blobs string) (Blob, error) {
+	return writeLayerFromDir(ctx, dir, blobs, time.Time{})
+}
+
+// appTime is the mtime of every entry of an app layer, whose content is fully
+// determined by its definition: the date of the paper's HelloBench snapshot.
+var appTime = time.Date(2015, 6, 1, 0, 0, 0, 0, time.UTC)
+
+// writeLayerFromDir is WriteLayerFromDir with every mtime set to clamp unless
+// clamp is zero.
+func writeLayerFromDir(ctx context.Context, dir, blobs string, clamp time.Time) (Blob, error) {
 	var b Blob
 	bw, err := newBlobWriter(blobs)
 	if err != nil {
@@ -175,6 +185,9 @@ func WriteLayerFromDir(ctx context.Context, dir, blobs string) (Blob, error) {
 		hdr.Name = rel
 		hdr.Uname, hdr.Gname = "", ""
 		hdr.ModTime = fi.ModTime().Truncate(time.Second)
+		if !clamp.IsZero() {
+			hdr.ModTime = clamp
+		}
 		hdr.AccessTime, hdr.ChangeTime = time.Time{}, time.Time{}
 		hdr.Format = tar.FormatPAX
 		switch {
