@@ -231,7 +231,7 @@ func (a *applier) entry(hdr *tar.Header, r io.Reader) error {
 		return a.rootDir(hdr)
 	}
 	switch hdr.Typeflag {
-	case tar.TypeReg, tar.TypeRegA, tar.TypeGNUSparse, tar.TypeCont:
+	case tar.TypeReg, tar.TypeGNUSparse, tar.TypeCont: // archive/tar reports TypeRegA as TypeReg
 		return a.file(hdr, name, r)
 	case tar.TypeDir:
 		return a.dir(hdr, name)
