@@ -9,6 +9,8 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
+	"strings"
 	"syscall"
 	"time"
 
@@ -59,6 +61,7 @@ func command() *cobra.Command {
 			set("chunk-size", &cfg.ChunkSize, flags.ChunkSize)
 			set("cache-size", &cfg.Cache.Size, flags.Cache.Size)
 			set("cache-memory", &cfg.Cache.Memory, flags.Cache.Memory)
+			set("cache-disk", &cfg.Cache.Disk, flags.Cache.Disk)
 			set("log-level", &cfg.LogLevel, flags.LogLevel)
 			if f.Changed("direct-io") {
 				cfg.DirectIO = &directIO
@@ -74,6 +77,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.ChunkSize, "chunk-size", flags.ChunkSize, "largest chunk cut by snapshots")
 	f.StringVar(&flags.Cache.Size, "cache-size", flags.Cache.Size, "disk bound of the node chunk cache")
 	f.StringVar(&flags.Cache.Memory, "cache-memory", flags.Cache.Memory, "memory tier of the node chunk cache")
+	f.StringVar(&flags.Cache.Disk, "cache-disk", flags.Cache.Disk, "disk tier of the node chunk cache: auto (off for a local store), on, off")
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	return cmd
@@ -96,11 +100,16 @@ func run(cfg config.Daemon) error {
 	if err != nil {
 		return err
 	}
+	// Only a local directory store makes a disk tier redundant.
+	noDisk := r.CacheDisk == "off" || (r.CacheDisk == "auto" && strings.HasPrefix(storeDesc, "local:"))
+	// Keep the heap near what the configuration allows: the memory tier plus working
+	// buffers, so the daemon's RSS stays bounded under load.
+	debug.SetMemoryLimit(r.MemBytes + r.MemBytes/2 + 96<<20)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
 	n, err := node.Open(ctx, node.Config{
-		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes,
+		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes, CacheNoDisk: noDisk,
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, Logger: log,
 		Fetch: fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
 	})

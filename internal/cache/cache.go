@@ -18,7 +18,9 @@ import (
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
-// Source fetches whole chunks, verified (package fetch implements it).
+// Source fetches whole chunks. Its contract: what it returns has been verified
+// against the chunk's digest (package fetch implements it, over a store whose reads
+// are verified). The cache checks the size and trusts the content.
 type Source interface {
 	Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error)
 }
@@ -28,7 +30,10 @@ type Options struct {
 	Dir      string // chunk files live here
 	MaxBytes int64  // disk tier bound (required)
 	MemBytes int64  // memory tier bound; 0 means 64 MiB
-	Logger   *slog.Logger
+	// NoDisk keeps no disk tier: right when the store is itself a local directory,
+	// where a second copy of each chunk on the same disk only costs writes.
+	NoDisk bool
+	Logger *slog.Logger
 }
 
 // Stats are the cache's counters.
@@ -53,7 +58,10 @@ type Cache struct {
 	log  *slog.Logger
 	sf   singleflight.Group
 	tok  atomic.Uint64
-	memN int64
+	memN   int64
+	noDisk bool
+	writes chan pendingWrite // disk-tier writes, done in the background
+	wg     sync.WaitGroup
 
 	mu        sync.Mutex
 	disk      map[string]*lruItem // by digest
@@ -85,9 +93,9 @@ func Open(opts Options, src Source) (*Cache, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
-	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes,
+	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes, noDisk: opts.NoDisk,
 		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),
-		mem: map[string]*memEntry{}, memLRU: newLRU()}
+		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64)}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
@@ -113,7 +121,52 @@ func Open(opts Options, src Source) (*Cache, error) {
 	c.mu.Lock()
 	c.evictLocked()
 	c.mu.Unlock()
+	c.wg.Add(1)
+	go c.writer()
 	return c, nil
+}
+
+type pendingWrite struct {
+	d     digest.Digest
+	data  []byte
+	flush chan struct{} // a barrier: closed when every earlier write is done
+}
+
+// writer stores fetched chunks in the disk tier off the read path.
+func (c *Cache) writer() {
+	defer c.wg.Done()
+	for w := range c.writes {
+		if w.flush != nil {
+			close(w.flush)
+			continue
+		}
+		key := w.d.String()
+		if err := c.writeFile(w.d, w.data); err != nil {
+			c.log.Warn("cache-write-failed", "chunk", w.d, "err", err)
+			continue
+		}
+		c.mu.Lock()
+		if _, ok := c.disk[key]; !ok {
+			it := &lruItem{key: key, size: int64(len(w.data))}
+			c.disk[key] = it
+			c.probation.pushFront(it)
+			c.evictLocked()
+		}
+		c.mu.Unlock()
+	}
+}
+
+// Flush waits until every chunk queued for the disk tier is written.
+func (c *Cache) Flush() {
+	done := make(chan struct{})
+	c.writes <- pendingWrite{flush: done}
+	<-done
+}
+
+// Close waits for pending disk-tier writes. The cache must not be used after.
+func (c *Cache) Close() {
+	close(c.writes)
+	c.wg.Wait()
 }
 
 func (c *Cache) path(d digest.Digest) string { return filepath.Join(c.dir, d.Encoded()) }
@@ -208,8 +261,8 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 	if err != nil {
 		return nil, err
 	}
-	if int64(len(data)) != ch.Size || store.Verify(ch.Digest, data) != nil {
-		return nil, fmt.Errorf("chunk %s from the store does not match its digest or size: %w", ch.Digest, store.ErrCorrupt)
+	if int64(len(data)) != ch.Size {
+		return nil, fmt.Errorf("chunk %s from the store has %d bytes, want %d: %w", ch.Digest, len(data), ch.Size, store.ErrCorrupt)
 	}
 	c.misses.Add(1)
 	c.fetched.Add(int64(len(data)))
@@ -234,25 +287,20 @@ func (c *Cache) Put(ch blockmap.Chunk, data []byte) error {
 	return nil
 }
 
-// insert writes data to the disk tier and the memory tier.
+// insert puts data in the memory tier and queues it for the disk tier. When the
+// writer is behind, the disk copy is skipped: the chunk can be fetched again.
 func (c *Cache) insert(d digest.Digest, data []byte) {
-	key := d.String()
-	if err := c.writeFile(d, data); err != nil {
-		// The chunk is still served from memory; the disk tier is an optimization.
-		c.log.Warn("cache-write-failed", "chunk", d, "err", err)
-	} else {
-		c.mu.Lock()
-		if _, ok := c.disk[key]; !ok {
-			it := &lruItem{key: key, size: int64(len(data))}
-			c.disk[key] = it
-			c.probation.pushFront(it)
-			c.evictLocked()
-		}
-		c.mu.Unlock()
-	}
 	c.mu.Lock()
-	c.addMemLocked(key, data)
+	c.addMemLocked(d.String(), data)
 	c.mu.Unlock()
+	if c.noDisk {
+		return
+	}
+	select {
+	case c.writes <- pendingWrite{d: d, data: data}:
+	default:
+		c.log.Debug("cache-write-skipped", "chunk", d, "reason", "disk writer behind")
+	}
 }
 
 func (c *Cache) writeFile(d digest.Digest, data []byte) error {
@@ -354,6 +402,7 @@ func (c *Cache) DropMemory() {
 
 // Purge empties both tiers. Chunks being read stay readable by those readers.
 func (c *Cache) Purge() {
+	c.Flush()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for key, it := range c.disk {

@@ -95,6 +95,7 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	if _, _, err := c.ReadChunk(context.Background(), ch, make([]byte, 4096), 0); err != nil {
 		t.Fatal(err)
 	}
+	c.Close()
 	// Flip a byte in the cached file; a new cache (empty memory tier) must notice.
 	p := dir + "/" + ch.Digest.Encoded()
 	b, _ := os.ReadFile(p)
@@ -119,17 +120,20 @@ func TestEvictionBoundAndHotness(t *testing.T) {
 	ctx := context.Background()
 	hot := src.add(t, 4096)
 	c.ReadChunk(ctx, hot, make([]byte, 1), 0)
+	c.Flush()
 	c.DropMemory()
 	c.ReadChunk(ctx, hot, make([]byte, 1), 0) // second use: protected
 	for i := 0; i < 50; i++ {                 // a scan of cold chunks
 		ch := src.add(t, 4096)
 		c.ReadChunk(ctx, ch, make([]byte, 1), 0)
+		c.Flush()
 	}
 	st := c.Stats()
 	if st.DiskBytes > 10*4096 || st.MemBytes > 4096 {
 		t.Fatalf("cache over its bounds: %+v", st)
 	}
 	before := src.n.Load()
+	c.Flush()
 	c.DropMemory()
 	if hit, _, _ := c.ReadChunk(ctx, hot, make([]byte, 1), 0); !hit || src.n.Load() != before {
 		t.Fatal("a hot chunk was evicted by a scan of cold ones")

@@ -31,6 +31,9 @@ type Daemon struct {
 	Cache    struct {
 		Size   string `toml:"size"`
 		Memory string `toml:"memory"`
+		// Disk keeps a disk tier: "auto" (default) keeps one unless the store is a
+		// local directory, "on" or "off".
+		Disk string `toml:"disk"`
 	} `toml:"cache"`
 	Fetch struct {
 		Parallel int    `toml:"parallel"`
@@ -42,7 +45,7 @@ type Daemon struct {
 // Defaults returns the configuration used when no file is given.
 func Defaults() Daemon {
 	d := Daemon{Root: DefaultRoot, Socket: "/run/slacker/slackerd.sock", ChunkSize: "512KiB", LogLevel: "info"}
-	d.Cache.Size, d.Cache.Memory = "10GiB", "64MiB"
+	d.Cache.Size, d.Cache.Memory, d.Cache.Disk = "10GiB", "64MiB", "auto"
 	return d
 }
 
@@ -64,6 +67,7 @@ type Resolved struct {
 	Root, NodeRoot, Socket, Store   string
 	ChunkSize, CacheBytes, MemBytes int64
 	DirectIO                        bool
+	CacheDisk                       string // "auto", "on" or "off"
 	FetchParallel                   int
 	Attempt, MaxWait                time.Duration
 }
@@ -94,6 +98,14 @@ func (d Daemon) Resolve() (Resolved, error) {
 		return r, fmt.Errorf("cache.memory: %w", err)
 	}
 	r.DirectIO = d.DirectIO == nil || *d.DirectIO
+	switch d.Cache.Disk {
+	case "", "auto":
+		r.CacheDisk = "auto"
+	case "on", "off":
+		r.CacheDisk = d.Cache.Disk
+	default:
+		return r, fmt.Errorf("cache.disk %q: want auto, on or off", d.Cache.Disk)
+	}
 	r.FetchParallel = d.Fetch.Parallel
 	if d.Fetch.Attempt != "" {
 		if r.Attempt, err = time.ParseDuration(d.Fetch.Attempt); err != nil {

@@ -131,7 +131,7 @@ func (f *Fetcher) Object(ctx context.Context, d digest.Digest) ([]byte, error) {
 func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.Attempt)
 	defer cancel()
-	data, err := store.ReadAll(ctx, f.st, c.Digest)
+	data, err := store.ReadAllSized(ctx, f.st, c.Digest, c.Size)
 	if err != nil {
 		return nil, err
 	}

@@ -39,6 +39,7 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
 		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),

@@ -41,6 +41,7 @@ type Config struct {
 	Store         store.Store // where snapshots live
 	CacheBytes    int64       // disk bound of the chunk cache (default 10 GiB)
 	CacheMemBytes int64       // memory tier of the chunk cache (default 64 MiB)
+	CacheNoDisk   bool        // no disk tier (the store is a local directory)
 	ChunkSize     int64       // largest chunk cut by snapshots (default volume.DefaultChunkSize)
 	DefaultSize   int64       // virtual size of blank filesystems (default 10 GiB)
 	NoDirectIO    bool        // loop devices without O_DIRECT (the backing file gets a page cache)
@@ -135,7 +136,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	fopts.Logger = log
 	n.fetcher = fetch.New(cfg.Store, fopts)
 	n.cache, err = cache.Open(cache.Options{Dir: filepath.Join(root, "cache"), MaxBytes: cfg.CacheBytes,
-		MemBytes: cfg.CacheMemBytes, Logger: log}, n.fetcher)
+		MemBytes: cfg.CacheMemBytes, NoDisk: cfg.CacheNoDisk, Logger: log}, n.fetcher)
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
@@ -649,6 +650,9 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 		x.gone = true
 		x.mu.Unlock()
+	}
+	if n.cache != nil {
+		n.cache.Close()
 	}
 	if n.fs != nil {
 		if err := n.fs.Unmount(); err != nil {

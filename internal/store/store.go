@@ -86,16 +86,34 @@ func Exists(ctx context.Context, s Store, d digest.Digest) (bool, error) {
 
 // ReadAll reads the whole object d, verified.
 func ReadAll(ctx context.Context, s Store, d digest.Digest) ([]byte, error) {
+	return ReadAllSized(ctx, s, d, -1)
+}
+
+// ReadAllSized is ReadAll for an object whose size the caller expects (-1: unknown):
+// it reads into one buffer of that size instead of growing one. An object of another
+// size is ErrCorrupt.
+func ReadAllSized(ctx context.Context, s Store, d digest.Digest, size int64) ([]byte, error) {
 	rc, err := s.Get(ctx, d)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(rc)
-	if err != nil {
+	if size < 0 {
+		return io.ReadAll(rc)
+	}
+	b := make([]byte, size+1) // one spare byte to notice a longer object
+	n, err := io.ReadFull(rc, b)
+	switch {
+	case err == io.ErrUnexpectedEOF && int64(n) < size:
+		return nil, fmt.Errorf("object %s: %d bytes, want %d: %w", d, n, size, ErrCorrupt)
+	case err == io.ErrUnexpectedEOF || err == io.EOF:
+		// n == size: the verifying reader already checked the digest at EOF.
+	case err == nil:
+		return nil, fmt.Errorf("object %s: more than %d bytes: %w", d, size, ErrCorrupt)
+	default:
 		return nil, err
 	}
-	return b, nil
+	return b[:n:n], nil
 }
 
 // PutBytes stores b under its sha256 digest and returns the digest.

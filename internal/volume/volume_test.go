@@ -37,6 +37,7 @@ func newStack(t *testing.T, cacheBytes int64) *stack {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
 	os.Mkdir(filepath.Join(dir, "volumes"), 0o700)
 	return &stack{st: st, cache: c, dir: dir}
 }
