@@ -52,12 +52,12 @@ type Stats struct {
 
 // Cache is safe for concurrent use.
 type Cache struct {
-	dir  string
-	max  int64
-	src  Source
-	log  *slog.Logger
-	sf   singleflight.Group
-	tok  atomic.Uint64
+	dir    string
+	max    int64
+	src    Source
+	log    *slog.Logger
+	sf     singleflight.Group
+	tok    atomic.Uint64
 	memN   int64
 	noDisk bool
 	writes chan pendingWrite // disk-tier writes, done in the background

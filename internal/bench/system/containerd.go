@@ -26,9 +26,9 @@ type ContainerdOptions struct {
 // Containerd is containerd 1.6 with a snapshotter, driven by ctr, pulling ordinary
 // gzip layers from the registry (plain HTTP).
 type Containerd struct {
-	o    ContainerdOptions
-	c    *services.Containerd
-	seq  atomic.Int64
+	o      ContainerdOptions
+	c      *services.Containerd
+	seq    atomic.Int64
 	size   map[string]int64 // compressed bytes per ref
 	pulled map[string]bool  // refs pulled since Cold
 }
