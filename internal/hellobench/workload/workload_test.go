@@ -345,3 +345,34 @@ func TestFieldErrorUnwrap(t *testing.T) {
 		t.Fatalf("want a field error on base, got %v", err)
 	}
 }
+
+// The containerd copy of the workloads (testdata/workloads-containerd.toml) is
+// another file in the same format; its rabbitmq rule must match what RabbitMQ
+// 3.10 really prints on stdout.
+func TestParseContainerdCopy(t *testing.T) {
+	set, err := ParseFile("testdata/workloads-containerd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	orig, err := ParseFile(realFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(set.Workloads) != len(orig.Workloads) {
+		t.Fatalf("%d workloads, want %d", len(set.Workloads), len(orig.Workloads))
+	}
+	changed := map[string]bool{}
+	for _, w := range set.Workloads {
+		if w.ImageHash() != orig.Get(w.Name).ImageHash() {
+			changed[w.Name] = true
+		}
+	}
+	if len(changed) != 3 || !changed["httpd"] || !changed["mariadb"] || !changed["rabbitmq"] {
+		t.Fatalf("changed workloads %v", changed)
+	}
+	m := NewLineMatcher(set.Get("rabbitmq").Ready.(*Log))
+	io.WriteString(m.Stream(), "  Config file(s): (none)\n\n  Starting broker... completed with 0 plugins.\n")
+	if _, ok := m.Matched(); !ok {
+		t.Fatal("rabbitmq rule does not match RabbitMQ 3.10's stdout")
+	}
+}
