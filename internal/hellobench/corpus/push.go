@@ -10,6 +10,7 @@ import (
 	"sort"
 	"time"
 
+	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/layout"
@@ -58,7 +59,8 @@ func Ref(registry, prefix, name string) string {
 // repository with tag latest, with gzip OCI layers that containerd and Docker
 // pull. A layer that an earlier image of the same push already uploaded is
 // mounted across repositories, so shared layers cross the wire once. It does
-// not need root.
+// not need root. Credentials, if the registry wants any, come from the Docker
+// config (~/.docker/config.json).
 func Push(ctx context.Context, dir string, opts PushOptions) ([]PushResult, error) {
 	if opts.Progress == nil {
 		opts.Progress = io.Discard
@@ -125,7 +127,8 @@ func Push(ctx context.Context, dir string, opts PushOptions) ([]PushResult, erro
 			}
 		}
 		t0 := time.Now()
-		if err := remote.Write(ref, mi, remote.WithContext(ctx), remote.WithTransport(transport)); err != nil {
+		if err := remote.Write(ref, mi, remote.WithContext(ctx), remote.WithTransport(transport),
+			remote.WithAuthFromKeychain(authn.DefaultKeychain)); err != nil {
 			return out, fmt.Errorf("push %s to %s: %w", n, ref, err)
 		}
 		res.Seconds = time.Since(t0).Seconds()
