@@ -7,6 +7,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -34,6 +36,7 @@ func command() *cobra.Command {
 	var cfgPath string
 	flags := config.Defaults()
 	var directIO bool
+	var debugAddr string
 	cmd := &cobra.Command{
 		Use:           "slackerd",
 		Short:         "Slacker node daemon: lazy block-level container roots",
@@ -66,6 +69,9 @@ func command() *cobra.Command {
 			if f.Changed("direct-io") {
 				cfg.DirectIO = &directIO
 			}
+			if debugAddr != "" {
+				go serveDebug(debugAddr)
+			}
 			return run(cfg)
 		},
 	}
@@ -80,6 +86,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.Cache.Disk, "cache-disk", flags.Cache.Disk, "disk tier of the node chunk cache: auto (off for a local store), on, off")
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
+	f.StringVar(&debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060)")
 	return cmd
 }
 
@@ -104,7 +111,7 @@ func run(cfg config.Daemon) error {
 	noDisk := r.CacheDisk == "off" || (r.CacheDisk == "auto" && strings.HasPrefix(storeDesc, "local:"))
 	// Keep the heap near what the configuration allows: the memory tier plus working
 	// buffers, so the daemon's RSS stays bounded under load.
-	debug.SetMemoryLimit(r.MemBytes + r.MemBytes/2 + 96<<20)
+	debug.SetMemoryLimit(r.MemBytes + 80<<20)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
@@ -138,4 +145,15 @@ func run(cfg config.Daemon) error {
 	os.Remove(r.Socket)
 	log.Info("stopped")
 	return err
+}
+
+// serveDebug serves net/http/pprof for profiling a running daemon.
+func serveDebug(addr string) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	if err := http.ListenAndServe(addr, mux); err != nil {
+		fmt.Fprintln(os.Stderr, "slackerd: debug server:", err)
+	}
 }

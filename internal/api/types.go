@@ -125,6 +125,7 @@ type CacheStats struct {
 	FetchedBytes int64 `json:"fetched_bytes"`
 	Evictions    int64 `json:"evictions"`
 	Corrupt      int64 `json:"corrupt"`
+	Prefetched   int64 `json:"prefetched"`
 	DiskBytes    int64 `json:"disk_bytes"`
 	DiskChunks   int   `json:"disk_chunks"`
 	MemBytes     int64 `json:"mem_bytes"`

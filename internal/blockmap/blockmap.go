@@ -257,3 +257,21 @@ func (b *builder) add(off, length int64, c Chunk, chunkOff int64) {
 }
 
 func (b *builder) done() *Map { return b.m }
+
+// ChunksAfter returns up to n distinct chunks that hold data at or after volume
+// offset off, in volume order, leaving out skip (the one just read). Readahead uses
+// it to fetch what a sequential reader will want next.
+func (m *Map) ChunksAfter(off int64, n int, skip digest.Digest) []Chunk {
+	var out []Chunk
+	seen := map[int]bool{}
+	i := sort.Search(len(m.Extents), func(i int) bool { return m.Extents[i].End() > off })
+	for ; i < len(m.Extents) && len(out) < n; i++ {
+		ci := m.Extents[i].Chunk
+		if seen[ci] || m.Chunks[ci].Digest == skip {
+			continue
+		}
+		seen[ci] = true
+		out = append(out, m.Chunks[ci])
+	}
+	return out
+}

@@ -43,7 +43,8 @@ type Stats struct {
 	Misses       int64 `json:"misses"`
 	FetchedBytes int64 `json:"fetched_bytes"`
 	Evictions    int64 `json:"evictions"`
-	Corrupt      int64 `json:"corrupt"` // cached chunks found corrupt and dropped
+	Corrupt      int64 `json:"corrupt"`    // cached chunks found corrupt and dropped
+	Prefetched   int64 `json:"prefetched"` // chunks fetched ahead of a sequential reader
 	DiskBytes    int64 `json:"disk_bytes"`
 	DiskChunks   int   `json:"disk_chunks"`
 	MemBytes     int64 `json:"mem_bytes"`
@@ -52,16 +53,20 @@ type Stats struct {
 
 // Cache is safe for concurrent use.
 type Cache struct {
-	dir    string
-	max    int64
-	src    Source
-	log    *slog.Logger
-	sf     singleflight.Group
-	tok    atomic.Uint64
-	memN   int64
-	noDisk bool
-	writes chan pendingWrite // disk-tier writes, done in the background
-	wg     sync.WaitGroup
+	dir      string
+	max      int64
+	src      Source
+	log      *slog.Logger
+	sf       singleflight.Group
+	tok      atomic.Uint64
+	memN     int64
+	noDisk   bool
+	prefetch chan struct{}  // slots for background prefetches
+	pfMu     sync.Mutex     // guards closed against pfWG.Add
+	pfWG     sync.WaitGroup // running prefetches
+	closed   bool
+	writes   chan pendingWrite // disk-tier writes, done in the background
+	wg       sync.WaitGroup
 
 	mu        sync.Mutex
 	disk      map[string]*lruItem // by digest
@@ -70,7 +75,7 @@ type Cache struct {
 	mem       map[string]*memEntry
 	memLRU    *lru
 
-	memHits, diskHits, misses, fetched, evictions, corrupt atomic.Int64
+	memHits, diskHits, misses, fetched, evictions, corrupt, prefetched atomic.Int64
 }
 
 type memEntry struct {
@@ -95,7 +100,8 @@ func Open(opts Options, src Source) (*Cache, error) {
 	}
 	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes, noDisk: opts.NoDisk,
 		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),
-		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64)}
+		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64),
+		prefetch: make(chan struct{}, 8)}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
@@ -163,8 +169,17 @@ func (c *Cache) Flush() {
 	<-done
 }
 
-// Close waits for pending disk-tier writes. The cache must not be used after.
+// Close waits for prefetches and pending disk-tier writes. The cache must not be
+// used after.
 func (c *Cache) Close() {
+	c.pfMu.Lock()
+	if c.closed {
+		c.pfMu.Unlock()
+		return
+	}
+	c.closed = true
+	c.pfMu.Unlock()
+	c.pfWG.Wait()
 	close(c.writes)
 	c.wg.Wait()
 }
@@ -268,6 +283,50 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 	c.fetched.Add(int64(len(data)))
 	c.insert(ch.Digest, data)
 	return &result{data: data, fetched: int64(len(data)), leader: leader}, nil
+}
+
+// Prefetch loads chunks into the cache in the background. Chunks already cached
+// or loading are skipped, and so are chunks beyond the few prefetches allowed at
+// once: prefetch never queues work or blocks the caller. fetched, if set, is called
+// with the bytes each load moved from the store.
+func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) {
+	for _, ch := range cs {
+		key := ch.Digest.String()
+		c.mu.Lock()
+		_, inMem := c.mem[key]
+		_, onDisk := c.disk[key]
+		c.mu.Unlock()
+		if inMem || onDisk {
+			continue
+		}
+		select {
+		case c.prefetch <- struct{}{}:
+		default:
+			return
+		}
+		c.pfMu.Lock()
+		if c.closed {
+			c.pfMu.Unlock()
+			<-c.prefetch
+			return
+		}
+		c.pfWG.Add(1)
+		c.pfMu.Unlock()
+		go func() {
+			defer func() { <-c.prefetch; c.pfWG.Done() }()
+			me := c.tok.Add(1)
+			v, err, _ := c.sf.Do(key, func() (any, error) { return c.load(context.Background(), ch, me) })
+			if err != nil {
+				return
+			}
+			if r := v.(*result); r.leader == me && r.fetched > 0 {
+				c.prefetched.Add(1)
+				if fetched != nil {
+					fetched(r.fetched)
+				}
+			}
+		}()
+	}
 }
 
 // Put adds a chunk the caller already holds (e.g. one it just uploaded), verified.
@@ -385,7 +444,7 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{
 		MemHits: c.memHits.Load(), DiskHits: c.diskHits.Load(), Misses: c.misses.Load(),
-		FetchedBytes: c.fetched.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load(),
+		FetchedBytes: c.fetched.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load(), Prefetched: c.prefetched.Load(),
 		DiskBytes: c.probation.bytes + c.protected.bytes, DiskChunks: len(c.disk),
 		MemBytes: c.memLRU.bytes, MaxBytes: c.max,
 	}

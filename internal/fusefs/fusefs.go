@@ -33,6 +33,9 @@ type Options struct {
 	// IsOutOfRange classifies volume errors that should be ENOSPC.
 	IsOutOfRange func(error) bool
 	Debug        bool
+	// PageCache lets the kernel cache volume files (no FOPEN_DIRECT_IO): reads get
+	// FUSE readahead, at the price of a second copy of what the guest reads.
+	PageCache bool
 }
 
 // FS is a mounted volume directory.
@@ -176,6 +179,9 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	if n.fs.opts.PageCache {
+		return nil, 0, 0
+	}
 	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }
 

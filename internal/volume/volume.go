@@ -39,6 +39,15 @@ type ChunkReader interface {
 	ReadChunk(ctx context.Context, c blockmap.Chunk, p []byte, off int64) (hit bool, fetched int64, err error)
 }
 
+// Prefetcher is an optional ability of a ChunkReader: start loading chunks in the
+// background, without waiting, calling fetched with the bytes each load moved.
+type Prefetcher interface {
+	Prefetch(cs []blockmap.Chunk, fetched func(n int64))
+}
+
+// maxReadahead bounds the chunks fetched ahead of a sequential reader.
+const maxReadahead = 16
+
 // Meta is the persistent record of a volume (volume.json).
 type Meta struct {
 	Version int           `json:"version"`
@@ -82,6 +91,10 @@ type Volume struct {
 	stripes [1024]sync.Mutex
 
 	closed atomic.Bool
+
+	raMu     sync.Mutex
+	raEnd    int64 // end of the last base read that missed the cache
+	raStreak int   // consecutive misses that followed one another
 
 	readBytes, writtenBytes, baseReadBytes, fetchedBytes, hits, misses atomic.Int64
 }
@@ -292,6 +305,7 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 			v.hits.Add(1)
 		} else {
 			v.misses.Add(1)
+			v.readahead(pc)
 		}
 		return nil
 	}
@@ -311,6 +325,37 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 		}
 	}
 	return g.Wait()
+}
+
+// readahead is called after a read of piece pc missed the cache. When misses follow
+// one another through the volume, the chunks that come next are fetched in the
+// background, in a window that doubles with each sequential miss up to
+// maxReadahead chunks; a random reader fetches nothing extra.
+func (v *Volume) readahead(pc blockmap.Piece) {
+	pf, ok := v.chunks.(Prefetcher)
+	if !ok {
+		return
+	}
+	v.raMu.Lock()
+	sequential := pc.Offset >= v.raEnd-pc.Chunk.Size && pc.Offset <= v.raEnd+2*pc.Chunk.Size && v.raEnd > 0
+	if sequential {
+		v.raStreak++
+	} else {
+		v.raStreak = 0
+	}
+	v.raEnd = pc.Offset + pc.Length
+	window := 0
+	if v.raStreak > 0 {
+		window = min(1<<min(v.raStreak, 4), maxReadahead)
+	}
+	v.raMu.Unlock()
+	if window == 0 {
+		return
+	}
+	next := v.base.ChunksAfter(pc.Offset+pc.Length, window, pc.Chunk.Digest)
+	if len(next) > 0 {
+		pf.Prefetch(next, func(n int64) { v.fetchedBytes.Add(n) })
+	}
 }
 
 // lockBlocks locks the stripes of blocks [first, last] in ascending order.
