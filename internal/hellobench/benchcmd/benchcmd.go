@@ -28,6 +28,7 @@ import (
 //	bench corpus serve   serve the pushed corpus from a local registry
 //	bench corpus synth   generate synthetic images of random files
 //	bench corpus gc      drop unreferenced blobs and layer records
+//	bench corpus rm      untag images
 //
 // The harness (`bench hello`) will sit next to `corpus`.
 func NewCommand() *cobra.Command {
@@ -73,7 +74,7 @@ func newCorpusCommand() *cobra.Command {
 	cmd.PersistentFlags().BoolVarP(&f.verbose, "verbose", "v", false, "log structured events on stderr")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	cmd.AddCommand(newBuildCommand(f), newListCommand(f), newPushCommand(f), newServeCommand(f),
-		newSynthCommand(f), newGCCommand(f))
+		newSynthCommand(f), newGCCommand(f), newRmCommand(f))
 	return cmd
 }
 
@@ -268,6 +269,21 @@ func newListCommand(f *corpusFlags) *cobra.Command {
 			fmt.Fprintf(w, "%d images, %d distinct layer blobs: %s compressed (%s if nothing were shared); corpus dir %s\n",
 				len(imgs), len(blobs), corpus.HumanBytes(distinct), corpus.HumanBytes(total), corpus.HumanBytes(du))
 			return nil
+		},
+	}
+}
+
+func newRmCommand(f *corpusFlags) *cobra.Command {
+	return &cobra.Command{
+		Use:   "rm NAME...",
+		Short: "Remove images from the corpus (blobs go at the next gc)",
+		Args:  cobra.MinimumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c, err := corpus.Open(corpus.Options{Dir: f.dir})
+			if err != nil {
+				return err
+			}
+			return c.Remove(args)
 		},
 	}
 }

@@ -47,7 +47,7 @@ func run(t *testing.T, args ...string) (string, string, error) {
 
 func TestCommandTree(t *testing.T) {
 	cmd := NewCommand()
-	want := []string{"build", "gc", "list", "push", "serve", "synth"}
+	want := []string{"build", "gc", "list", "push", "rm", "serve", "synth"}
 	for _, c := range cmd.Commands() {
 		if c.Name() != "corpus" {
 			continue
@@ -102,5 +102,19 @@ func TestSynthThenList(t *testing.T) {
 	}
 	if len(imgs) != 1 || imgs[0].Name != "synth-f20-s4kib-l2-r1" || len(imgs[0].Layers) != 2 || imgs[0].Record == nil {
 		t.Fatalf("list: %+v", imgs)
+	}
+	if _, _, err := run(t, "corpus", "rm", "--dir", dir, "nope"); err == nil {
+		t.Fatal("rm of a missing image succeeded")
+	}
+	if _, _, err := run(t, "corpus", "rm", "--dir", dir, "synth-f20-s4kib-l2-r1"); err != nil {
+		t.Fatal(err)
+	}
+	out, _, err = run(t, "corpus", "gc", "--dir", dir)
+	if err != nil || !strings.HasPrefix(out, "freed ") || strings.HasPrefix(out, "freed 0 B") {
+		t.Fatalf("gc after rm: %q %v", out, err)
+	}
+	out, _, _ = run(t, "corpus", "list", "--dir", dir)
+	if !strings.Contains(out, "0 images") {
+		t.Fatalf("list after rm: %q", out)
 	}
 }

@@ -104,7 +104,8 @@ func (a *hostApt) download(ctx context.Context, pkgs []string, dir, logFile stri
 	out, err := cmd.CombinedOutput()
 	appendFile(logFile, out)
 	if err != nil {
-		return nil, nil, fmt.Errorf("apt-get download %s: %w\n%s", strings.Join(pkgs, " "), err, lastLines(out, 10))
+		t := lastLines(out, 10)
+		return nil, nil, fmt.Errorf("apt-get download %s%s: %w\n%s", strings.Join(pkgs, " "), reason(t), err, t)
 	}
 	debs, err := filepath.Glob(filepath.Join(dir, "*.deb"))
 	if err != nil {

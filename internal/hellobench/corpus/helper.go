@@ -138,7 +138,8 @@ func runHelper(ctx context.Context, job helperJob, logFile string) (*helperResul
 		return nil, fmt.Errorf("helper %s: %w", job.Op, ctx.Err())
 	}
 	if err != nil {
-		return nil, fmt.Errorf("helper %s failed (%v); last lines of %s:\n%s", job.Op, err, logFile, tail(logFile, 25))
+		t := tail(logFile, 25)
+		return nil, fmt.Errorf("%s failed%s (%v; log %s):\n%s", job.Op, reason(t), err, logFile, t)
 	}
 	b, err := os.ReadFile(job.Result)
 	if err != nil {
@@ -149,6 +150,21 @@ func runHelper(ctx context.Context, job helperJob, logFile string) (*helperResul
 		return nil, fmt.Errorf("helper %s result: %w", job.Op, err)
 	}
 	return &res, nil
+}
+
+// reason picks apt's and dpkg's error lines ("E: Unable to locate package x")
+// out of a log tail, for the first line of an error message.
+func reason(logTail string) string {
+	var es []string
+	for _, l := range strings.Split(logTail, "\n") {
+		if strings.HasPrefix(l, "E: ") || strings.HasPrefix(l, "dpkg: error") || strings.HasPrefix(l, "W: Failure") {
+			es = append(es, strings.TrimSpace(l))
+		}
+	}
+	if len(es) == 0 {
+		return ""
+	}
+	return ": " + strings.Join(es, "; ")
 }
 
 // tail returns the last n lines of a file, for error messages.

@@ -136,6 +136,24 @@ func (l *Layout) Tag(name string, desc v1.Descriptor) error {
 	return l.writeIndex(idx)
 }
 
+// Untag removes name from the index; a missing name is not an error.
+func (l *Layout) Untag(name string) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	idx, err := l.readIndex()
+	if err != nil {
+		return err
+	}
+	var keep []v1.Descriptor
+	for _, d := range idx.Manifests {
+		if d.Annotations[RefNameAnnotation] != name {
+			keep = append(keep, d)
+		}
+	}
+	idx.Manifests = keep
+	return l.writeIndex(idx)
+}
+
 // Tags returns every tagged manifest by name.
 func (l *Layout) Tags() (map[string]v1.Descriptor, error) {
 	l.mu.Lock()

@@ -108,3 +108,31 @@ func (c *Corpus) GC() (int64, error) {
 	}
 	return c.Layout.GC(keep)
 }
+
+// Remove untags images and deletes their records. Their blobs stay until GC
+// (other images and the layer cache may use them).
+func (c *Corpus) Remove(names []string) error {
+	unlock, err := c.lock()
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	tags, err := c.Layout.Tags()
+	if err != nil {
+		return err
+	}
+	for _, n := range names {
+		if _, ok := tags[n]; !ok {
+			return fmt.Errorf("no image %q in the corpus", n)
+		}
+	}
+	for _, n := range names {
+		if err := c.Layout.Untag(n); err != nil {
+			return err
+		}
+		if err := os.Remove(c.path("records", n+".json")); err != nil && !isNotExist(err) {
+			return err
+		}
+	}
+	return nil
+}

@@ -69,9 +69,11 @@ type AppSpec struct {
 	// Hello puts the builder's static hello-world binary at /hello when the image
 	// lacks it: set when cmd[0] is "/hello" and no file provides it.
 	Hello bool `json:"hello,omitempty"`
-	// Cmd is checked against the image (cmd[0] must resolve); it does not change
-	// the layer, so it is not part of the key.
-	Cmd []string `json:"-"`
+	// Cmd is checked against the image (see AnalyzeCmd). It does not change the
+	// layer's content, but it is part of the key so that the check runs again
+	// whenever cmd changes (the rebuilt layer is the same blob: app layers have
+	// fixed mtimes).
+	Cmd []string `json:"cmd"`
 }
 
 // Describe says in a few words what the step installs, for progress and history.

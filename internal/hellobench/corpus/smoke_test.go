@@ -38,6 +38,28 @@ ready = { exit = 0 }
 timeout_s = 30
 `
 
+// brokenDoc has one workload that cannot be built and one whose cmd is not in
+// its image; they share busybox's cached layer.
+const brokenDoc = `
+[[workload]]
+name = "nopkg"
+category = "other"
+base = "scratch"
+layers = [["no-such-package-hellobench"]]
+cmd = ["/x"]
+ready = { exit = 0 }
+timeout_s = 10
+
+[[workload]]
+name = "nocmd"
+category = "other"
+base = "scratch"
+layers = [["busybox-static"]]
+cmd = ["/bin/nothere", "/etc/missing.conf"]
+ready = { exit = 0 }
+timeout_s = 10
+`
+
 func noMountsUnder(t *testing.T, dir string) {
 	t.Helper()
 	b, err := os.ReadFile("/proc/self/mountinfo")
@@ -137,6 +159,23 @@ func TestSmokeBuildUnpackPush(t *testing.T) {
 	}
 	if r.Record.Layers[0].Digest != bb.Layers[0].Digest || r.Record.Layers[1].Digest == bb.Layers[1].Digest {
 		t.Fatalf("incremental build did not keep layer 1 and replace layer 2")
+	}
+
+	// A workload that cannot be built fails with apt's reason; one whose cmd is
+	// not in the image is built with the problem recorded.
+	rep, err = c.Build(ctx, parse(t, brokenDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := rep.Results[0]; r.Status != StatusFailed || !strings.Contains(firstLine(r.Err), "Unable to locate package no-such-package-hellobench") {
+		t.Errorf("nopkg: %s %v", r.Status, r.Err)
+	}
+	if r := rep.Results[1]; r.Status != StatusBuilt || len(r.Record.Problems) != 2 ||
+		!strings.Contains(r.Record.Problems[0], `"/bin/nothere"`) || !strings.Contains(r.Record.Problems[1], "/etc/missing.conf") {
+		t.Errorf("nocmd: %s %+v", r.Status, r.Record)
+	}
+	if err := c.Remove([]string{"nocmd"}); err != nil {
+		t.Fatal(err)
 	}
 
 	// Push to a real registry and read the manifests back.
