@@ -178,6 +178,20 @@ func TestSmokeBuildUnpackPush(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Rebuilding an image whose layers are all the same blobs again (here:
+	// --recheck, which rebuilds app layers) gives the very same manifest.
+	before, _ := c.Layout.Tags()
+	c.opts.Recheck = true
+	rep, err = c.Build(ctx, ws)
+	c.opts.Recheck = false
+	if err != nil {
+		t.Fatal(err)
+	}
+	after, _ := c.Layout.Tags()
+	if rep.LayersBuilt != 2 || after["hello-world"].Digest != before["hello-world"].Digest {
+		t.Errorf("recheck: %d layers built, hello-world %s -> %s", rep.LayersBuilt, before["hello-world"].Digest, after["hello-world"].Digest)
+	}
+
 	// Push to a real registry and read the manifests back.
 	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
 	if err != nil {
