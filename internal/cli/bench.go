@@ -73,5 +73,6 @@ own slackerd, containerd and registry; needs root.`,
 	f.BoolVar(&o.Micro, "micro", false, "also measure the 16 MiB append and sequential reads")
 	f.StringVar(&o.Results, "results", "", "write every sample to this JSON file")
 	f.BoolVar(&markdown, "markdown", false, "print the summary as Markdown")
+	f.StringArrayVar(&o.DaemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable (e.g. --slackerd-arg=--chunk-size=1MiB)")
 	return cmd
 }

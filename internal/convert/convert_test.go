@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,9 @@ import (
 	"github.com/slacker-dev/slacker/internal/archive"
 	"github.com/slacker-dev/slacker/internal/convert"
 	"github.com/slacker-dev/slacker/internal/fstree"
+	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/names"
+	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
@@ -207,5 +210,70 @@ func TestConvertRefusesHostileLayer(t *testing.T) {
 	}
 	if vs, _ := d.Client.Volumes(ctx); len(vs) != 0 {
 		t.Fatalf("volumes left after a failed conversion: %+v", vs)
+	}
+}
+
+// TestConvertSources converts one image from each kind of source (OCI layout, OCI
+// archive, docker-archive, registry) and checks that all give the same snapshot
+// chain: the same layers, reused by chain ID after the first.
+func TestConvertSources(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	testutil.RequireTool(t, "umoci", "skopeo", "docker-registry")
+	ctx := context.Background()
+	work := t.TempDir()
+	layout := filepath.Join(work, "oci")
+	ref := layout + ":src"
+	run(t, "umoci", "init", "--layout", layout)
+	run(t, "umoci", "new", "--image", ref)
+	for i, es := range [][]entry{
+		{dir("etc", 0o755), reg("etc/hello", "hello\n", 0o644, 0, 0), reg("etc/gone", "x", 0o644, 0, 0)},
+		{reg("etc/.wh.gone", "", 0o644, 0, 0), reg("etc/second", "2\n", 0o600, 5, 5)},
+	} {
+		p := filepath.Join(work, fmt.Sprint("l", i))
+		os.WriteFile(p, layerTar(t, es...), 0o600)
+		run(t, "umoci", "raw", "add-layer", "--image", ref, p)
+	}
+	run(t, "umoci", "config", "--image", ref, "--config.cmd", "cat", "--config.cmd", "/etc/hello", "--config.workingdir", "/etc")
+	ociArchive := filepath.Join(work, "image.oci.tar")
+	dockerArchive := filepath.Join(work, "image.docker.tar")
+	run(t, "skopeo", "copy", "--quiet", "oci:"+ref, "oci-archive:"+ociArchive+":src")
+	run(t, "skopeo", "copy", "--quiet", "oci:"+ref, "docker-archive:"+dockerArchive+":src:latest")
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	remote := reg.Addr + "/test/src:v1"
+	run(t, "skopeo", "copy", "--quiet", "--dest-tls-verify=false", "--dest-compress-format", "zstd", "oci:"+ref, "docker://"+remote)
+
+	st, _ := names.Open(filepath.Join(work, "names"))
+	var first *image.Descriptor
+	for _, spec := range []string{"oci:" + ref, "oci-archive:" + ociArchive, ociArchive, "docker-archive:" + dockerArchive, dockerArchive, remote} {
+		src, err := convert.Open(ctx, spec, convert.OpenOptions{})
+		if err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		desc, stats, err := convert.Convert(ctx, src, convert.Options{Node: d.Client, Chains: st})
+		src.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+		if first == nil {
+			first = desc
+			if stats.LayersReused != 0 {
+				t.Fatalf("first conversion reused layers: %+v", stats)
+			}
+		} else if desc.Snapshot != first.Snapshot || stats.LayersReused != 2 {
+			t.Fatalf("%s: snapshot %s, %d layers reused; want %s and 2 (same diff IDs)", spec, desc.Snapshot, stats.LayersReused, first.Snapshot)
+		}
+		if got := strings.Join(desc.Config.Cmd, " "); got != "cat /etc/hello" || desc.Config.WorkingDir != "/etc" {
+			t.Fatalf("%s: config %+v", spec, desc.Config)
+		}
+	}
+	for _, bad := range []string{filepath.Join(work, "l0"), filepath.Join(work, "nonexistent"), reg.Addr + "/test/missing:v1"} {
+		if src, err := convert.Open(ctx, bad, convert.OpenOptions{}); err == nil {
+			src.Close()
+			t.Errorf("%s: opened as an image", bad)
+		}
 	}
 }

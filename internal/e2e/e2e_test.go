@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -17,7 +19,9 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/fstree"
+	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/registry"
 	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -224,5 +228,49 @@ func TestKill9DuringFsyncedWrites(t *testing.T) {
 	}
 	if out, err := mount.Fsck(ctx, vol.File); err != nil {
 		t.Fatalf("filesystem not clean after kill -9 and restart: %v\n%s", err, out)
+	}
+}
+
+// TestClearErrors checks the one-line errors users meet first.
+func TestClearErrors(t *testing.T) {
+	work := t.TempDir()
+	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"))
+	bin, _ := testenv.Binaries(t)
+	expect := func(want string, code int, args ...string) {
+		t.Helper()
+		_, errOut, got := p.CLI(t, args...)
+		if got != code || !strings.Contains(errOut, want) || strings.Count(strings.TrimSpace(errOut), "\n") > 0 {
+			t.Errorf("slacker %s: exit %d, stderr %q; want exit %d and one line containing %q", strings.Join(args, " "), got, errOut, code, want)
+		}
+	}
+	expect("no image \"nothere:latest\" on this node", 125, "run", "nothere:latest", "--", "true")
+	expect("registry unreachable", 1, "pull", "127.0.0.1:1/nothing/here:v1")
+	expect("slackerd is not running", 1, "--socket", filepath.Join(work, "no.sock"), "images")
+	expect("no such container", 1, "rm", "ghost")
+
+	// A descriptor naming a snapshot the store does not have.
+	reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	other := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	blank, err := other.Client.Mkfs(context.Background(), api.MkfsRequest{Size: 64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &image.Descriptor{Snapshot: blank.ID, Size: blank.Size, DataSize: blank.DataSize, Created: time.Now()}
+	if _, err := registry.Push(context.Background(), reg.Addr+"/elsewhere/img:v1", d, registry.Options{}); err != nil {
+		t.Fatal(err)
+	}
+	expect("not in this node's store", 1, "pull", reg.Addr+"/elsewhere/img:v1")
+
+	// Not root.
+	cmd := exec.Command(bin, "images")
+	cmd.Env = append(os.Environ(), "SLACKER_SOCKET="+p.Socket)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if !strings.Contains(string(out), "must run as root") {
+		t.Errorf("as nobody: %q (%v)", out, err)
 	}
 }

@@ -50,6 +50,7 @@ func Binaries(t testing.TB) (slacker, slackerd string) {
 		if buildErr != nil {
 			return
 		}
+		os.Chmod(buildDir, 0o755) // tests run the CLI as an unprivileged user too
 		cmd := exec.Command("go", "build", "-o", buildDir, "./cmd/slacker", "./cmd/slackerd")
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
@@ -169,4 +170,14 @@ func RunCLI(t testing.TB, socket string, args ...string) (string, string, int) {
 		t.Fatalf("slacker %v: %v", args, err)
 	}
 	return out.String(), errb.String(), code
+}
+
+// Main runs a package's tests and removes the binaries built for them. Packages that
+// call Binaries use it as their TestMain: func TestMain(m *testing.M) { testenv.Main(m) }.
+func Main(m *testing.M) {
+	code := m.Run()
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+	os.Exit(code)
 }

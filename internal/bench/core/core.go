@@ -34,6 +34,8 @@ type Options struct {
 	Runs      int      // repetitions of each cold measurement
 	Slacker   string   // binaries
 	Slackerd  string
+	// DaemonArgs are extra slackerd flags (e.g. --chunk-size 1MiB).
+	DaemonArgs []string
 	// Micro enables the append and sequential-read measurements.
 	Micro    bool
 	Progress io.Writer
@@ -130,7 +132,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	defer reg.Stop()
 	b.printf("registry at %s", reg.Addr)
-	if b.slacker, err = system.NewSlacker(system.SlackerOptions{Dir: filepath.Join(o.Dir, "slacker"), Slacker: o.Slacker, Slackerd: o.Slackerd}); err != nil {
+	if b.slacker, err = system.NewSlacker(system.SlackerOptions{Dir: filepath.Join(o.Dir, "slacker"), Slacker: o.Slacker, Slackerd: o.Slackerd, DaemonArgs: o.DaemonArgs}); err != nil {
 		return nil, err
 	}
 	ctrd, err := system.NewContainerd(system.ContainerdOptions{Dir: filepath.Join(o.Dir, "ctrd")})

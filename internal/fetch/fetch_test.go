@@ -1,0 +1,99 @@
+package fetch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/local"
+)
+
+// flaky fails the first n Gets with ErrUnavailable, or corrupts them.
+type flaky struct {
+	store.Store
+	fails   atomic.Int64
+	corrupt bool
+	gets    atomic.Int64
+}
+
+func (f *flaky) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	f.gets.Add(1)
+	if f.fails.Add(-1) >= 0 {
+		if f.corrupt {
+			return io.NopCloser(store.VerifyingReader(bytes.NewReader([]byte("garbage")), d, -1)), nil
+		}
+		return nil, store.ErrUnavailable
+	}
+	return f.Store.Get(ctx, d)
+}
+
+func setup(t *testing.T, fails int64, corrupt bool) (*flaky, blockmap.Chunk) {
+	st, err := local.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := bytes.Repeat([]byte("chunk"), 1000)
+	d, err := store.PutBytes(context.Background(), st, data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &flaky{Store: st, corrupt: corrupt}
+	f.fails.Store(fails)
+	return f, blockmap.Chunk{Digest: d, Size: int64(len(data))}
+}
+
+func TestRetriesTransientFailures(t *testing.T) {
+	for _, corrupt := range []bool{false, true} {
+		st, c := setup(t, 3, corrupt)
+		f := New(st, Options{Backoff: time.Millisecond})
+		b, err := f.Fetch(context.Background(), c)
+		if err != nil || int64(len(b)) != c.Size {
+			t.Fatalf("corrupt=%v: %v", corrupt, err)
+		}
+		if st.gets.Load() != 4 || f.Stats().Retries != 3 {
+			t.Fatalf("corrupt=%v: %d gets, %d retries; want 4 and 3", corrupt, st.gets.Load(), f.Stats().Retries)
+		}
+	}
+}
+
+func TestGivesUpAfterMaxWait(t *testing.T) {
+	st, c := setup(t, 1<<40, false)
+	f := New(st, Options{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, MaxWait: 100 * time.Millisecond})
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), c)
+	if !errors.Is(err, store.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrUnavailable", err)
+	}
+	if took := time.Since(start); took > 2*time.Second {
+		t.Fatalf("gave up after %v", took)
+	}
+	if f.Stats().Failures != 1 {
+		t.Fatalf("failures %d", f.Stats().Failures)
+	}
+}
+
+func TestMissingChunkIsNotRetried(t *testing.T) {
+	st, _ := setup(t, 0, false)
+	f := New(st, Options{})
+	_, err := f.Fetch(context.Background(), blockmap.Chunk{Digest: digest.FromString("absent"), Size: 4096})
+	if !errors.Is(err, store.ErrNotFound) || st.gets.Load() != 1 {
+		t.Fatalf("got %v after %d gets", err, st.gets.Load())
+	}
+}
+
+func TestWrongSizeIsCorrupt(t *testing.T) {
+	st, c := setup(t, 0, false)
+	f := New(st, Options{MaxWait: 50 * time.Millisecond, Backoff: time.Millisecond})
+	c.Size++
+	if _, err := f.Fetch(context.Background(), c); err == nil {
+		t.Fatal("a chunk of the wrong size was accepted")
+	}
+}
