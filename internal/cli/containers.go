@@ -42,7 +42,7 @@ not on this node but names a registry is pulled first.`,
 			if errors.Is(err, names.ErrNotFound) && looksRemote(args[0]) {
 				fmt.Fprintf(e.stderr, "image %s is not on this node; pulling it\n", args[0])
 				var d *image.Descriptor
-				if d, _, err = e.pullImage(ctx, args[0]); err == nil {
+				if d, _, err = e.pullImage(ctx, args[0], false); err == nil {
 					en = &names.Entry{Name: args[0], Descriptor: d}
 				}
 			}

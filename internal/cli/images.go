@@ -117,8 +117,16 @@ func newPush(e *env) *cobra.Command {
 }
 
 // pullImage resolves ref in its registry, names it locally and fetches its block map.
-func (e *env) pullImage(ctx context.Context, ref string) (*image.Descriptor, *registry.Result, error) {
+//
+// An ordinary OCI image (never converted) is converted on this node, with a message
+// saying so, unless noConvert: then the error says how to convert it.
+func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image.Descriptor, *registry.Result, error) {
 	d, res, err := registry.Pull(ctx, ref, e.regOpts())
+	if errors.Is(err, registry.ErrNotSlacker) && !noConvert {
+		fmt.Fprintf(e.stderr, "%s is an ordinary OCI image, not a Slacker image: converting it on this node, which downloads all its layers once.\n"+
+			"To let other nodes pull it lazily, push the result: slacker push %s REF\n", ref, ref)
+		return e.convertOnPull(ctx, ref)
+	}
 	if err != nil {
 		return nil, nil, err
 	}
@@ -134,10 +142,33 @@ func (e *env) pullImage(ctx context.Context, ref string) (*image.Descriptor, *re
 	return d, res, nil
 }
 
+// convertOnPull converts an ordinary image from its registry and names it ref.
+func (e *env) convertOnPull(ctx context.Context, ref string) (*image.Descriptor, *registry.Result, error) {
+	src, err := convert.Open(ctx, ref, convert.OpenOptions{Insecure: e.insecure})
+	if err != nil {
+		return nil, nil, err
+	}
+	defer src.Close()
+	d, st, err := convert.Convert(ctx, src, convert.Options{Node: e.client, Chains: e.names, Progress: e.progress(), Logger: e.log})
+	if err != nil {
+		return nil, nil, fmt.Errorf("convert %s: %w", ref, err)
+	}
+	if err := e.names.Put(ref, d); err != nil {
+		return nil, nil, err
+	}
+	return d, &registry.Result{Reference: ref, ManifestDigest: d.Source.ManifestDigest, BytesMoved: st.CompressedSize}, nil
+}
+
 func newPull(e *env) *cobra.Command {
+	var noConvert bool
 	cmd := &cobra.Command{
-		Use:     "pull REF",
-		Short:   "Resolve a Slacker image in a registry (moves kilobytes, whatever its size)",
+		Use:   "pull REF",
+		Short: "Resolve a Slacker image in a registry (moves kilobytes, whatever its size)",
+		Long: `Pull resolves a Slacker image pushed to a registry: it reads the image's descriptor
+(about 1.5 KB) and its block map; data is fetched later, as containers read it.
+
+A reference to an ordinary OCI image is converted on this node instead (its layers are
+downloaded once), with a message; --no-convert refuses it.`,
 		Example: `  slacker pull 127.0.0.1:5000/slacker/debian:bookworm`,
 		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -146,7 +177,7 @@ func newPull(e *env) *cobra.Command {
 				return err
 			}
 			start := time.Now()
-			d, res, err := e.pullImage(ctx, args[0])
+			d, res, err := e.pullImage(ctx, args[0], noConvert)
 			if err != nil {
 				return err
 			}
@@ -161,6 +192,8 @@ func newPull(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
+	cmd.Flags().BoolVar(&noConvert, "no-convert", false, "refuse ordinary OCI images instead of converting them")
+	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
 	return cmd
 }
 

@@ -274,3 +274,37 @@ func TestClearErrors(t *testing.T) {
 		t.Errorf("as nobody: %q (%v)", out, err)
 	}
 }
+
+// TestPullOrdinaryImage pulls an image that was never converted: refused with
+// advice under --no-convert, converted with a message otherwise.
+func TestPullOrdinaryImage(t *testing.T) {
+	testutil.RequireTool(t, "umoci", "skopeo", "docker-registry")
+	work := t.TempDir()
+	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"))
+	reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	layout := filepath.Join(work, "oci")
+	testenv.Run(t, "umoci", "init", "--layout", layout)
+	testenv.Run(t, "umoci", "new", "--image", layout+":v1")
+	bundle := filepath.Join(work, "bundle")
+	testenv.Run(t, "umoci", "unpack", "--image", layout+":v1", bundle)
+	os.WriteFile(filepath.Join(bundle, "rootfs", "greeting"), []byte("hi\n"), 0o644)
+	testenv.Run(t, "umoci", "repack", "--image", layout+":v1", bundle)
+	ref := reg.Addr + "/plain/tiny:v1"
+	testenv.Run(t, "skopeo", "copy", "--quiet", "--dest-tls-verify=false", "oci:"+layout+":v1", "docker://"+ref)
+
+	_, errOut, code := p.CLI(t, "pull", "--no-convert", ref)
+	if code == 0 || !strings.Contains(errOut, "slacker convert") {
+		t.Fatalf("pull --no-convert of an ordinary image: exit %d, %q", code, errOut)
+	}
+	_, errOut, code = p.CLI(t, "pull", ref)
+	if code != 0 || !strings.Contains(errOut, "ordinary OCI image") {
+		t.Fatalf("pull of an ordinary image: exit %d, %q", code, errOut)
+	}
+	if out := cli(t, p, 0, "images", "-q"); !strings.Contains(out, ref) {
+		t.Fatalf("converted image not listed: %q", out)
+	}
+}
