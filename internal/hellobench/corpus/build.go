@@ -229,12 +229,11 @@ type build struct {
 	helloMu sync.Mutex
 	hello   string
 
-	mu       sync.Mutex
-	records  map[string]*LayerRecord // key -> record (cached or built)
-	failed   map[string]error        // key -> why it (or a parent) failed
-	nBuilt   int
-	nCached  int
-	wlByName map[string]*workload.Workload
+	mu      sync.Mutex
+	records map[string]*LayerRecord // key -> record (cached or built)
+	failed  map[string]error        // key -> why it (or a parent) failed
+	nBuilt  int
+	nCached int
 }
 
 // Build builds the images of ws into the corpus. Images whose record matches
@@ -308,18 +307,14 @@ func (c *Corpus) upToDate(w *workload.Workload) (*ImageRecord, bool) {
 func (c *Corpus) buildAll(ctx context.Context, ws []*workload.Workload, rep *Report) error {
 	b := &build{
 		c: c, ctx: ctx, forest: BuildForest(ws, c.opts.Source),
-		work:     c.path("work"),
-		slots:    make(chan int, c.opts.Jobs),
-		records:  map[string]*LayerRecord{},
-		failed:   map[string]error{},
-		wlByName: map[string]*workload.Workload{},
+		work:    c.path("work"),
+		slots:   make(chan int, c.opts.Jobs),
+		records: map[string]*LayerRecord{},
+		failed:  map[string]error{},
 	}
 	b.apt = newHostApt(filepath.Join(b.work, "apt"), c.opts.Source)
 	for i := 0; i < c.opts.Jobs; i++ {
 		b.slots <- i
-	}
-	for _, w := range ws {
-		b.wlByName[w.Name] = w
 	}
 	defer func() {
 		if c.opts.KeepAptCache {
