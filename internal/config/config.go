@@ -44,7 +44,7 @@ type Daemon struct {
 
 // Defaults returns the configuration used when no file is given.
 func Defaults() Daemon {
-	d := Daemon{Root: DefaultRoot, Socket: "/run/slacker/slackerd.sock", ChunkSize: "512KiB", LogLevel: "info"}
+	d := Daemon{Root: DefaultRoot, Socket: "/run/slacker/slackerd.sock", ChunkSize: "256KiB", LogLevel: "info"}
 	d.Cache.Size, d.Cache.Memory, d.Cache.Disk = "10GiB", "64MiB", "auto"
 	return d
 }

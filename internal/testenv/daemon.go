@@ -12,6 +12,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
+	"github.com/slacker-dev/slacker/internal/volume"
 )
 
 // RequirePrivileged needs root, FUSE, loop devices and e2fsprogs.
@@ -64,7 +65,7 @@ func StartDaemon(t testing.TB, o DaemonOptions) *Daemon {
 		t.Fatal(err)
 	}
 	sock := filepath.Join(root, "slackerd.sock")
-	srv := daemon.New(n, daemon.Options{StateRoot: root, Store: "local:" + o.StoreDir, ChunkSize: 512 << 10})
+	srv := daemon.New(n, daemon.Options{StateRoot: root, Store: "local:" + o.StoreDir, ChunkSize: volume.DefaultChunkSize})
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(sock) }()
 	d := &Daemon{Client: api.NewClient(sock), Node: n, StateRoot: root, StoreDir: o.StoreDir, Socket: sock}

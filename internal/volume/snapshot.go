@@ -15,7 +15,7 @@ import (
 
 // DefaultChunkSize is the largest chunk Snapshot cuts from a run of written blocks.
 // See docs/design-notes.md for how it was chosen.
-const DefaultChunkSize = 512 << 10
+const DefaultChunkSize = 256 << 10
 
 // SnapshotOptions tune Snapshot.
 type SnapshotOptions struct {
