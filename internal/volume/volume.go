@@ -496,12 +496,11 @@ func (v *Volume) writeBlocks(b []byte, off int64) error {
 func (v *Volume) punch(off, n int64) error {
 	err := unix.Fallocate(int(v.data.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, off, n)
 	if errors.Is(err, unix.EOPNOTSUPP) {
-		for done := int64(0); done < n && err != nil; {
-			k := min(n-done, BlockSize)
-			if _, werr := v.data.WriteAt(zeroBlock[:k], off+done); werr != nil {
+		// A filesystem without hole punching: store the zeros.
+		for done := int64(0); done < n; done += BlockSize {
+			if _, werr := v.data.WriteAt(zeroBlock[:min(n-done, BlockSize)], off+done); werr != nil {
 				return fmt.Errorf("zero delta at %d: %w", off+done, werr)
 			}
-			done += k
 		}
 		return nil
 	}
