@@ -2,14 +2,17 @@ package testenv
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/daemon"
+	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
 	"github.com/slacker-dev/slacker/internal/volume"
@@ -38,7 +41,13 @@ type DaemonOptions struct {
 	// StoreDir shares a store with other daemons; empty makes a fresh one.
 	StoreDir   string
 	CacheBytes int64
-	Size       int64 // default size of blank filesystems (1 GiB)
+	// CacheMemBytes bounds the cache's memory tier (64 MiB if zero).
+	CacheMemBytes int64
+	Size          int64 // default size of blank filesystems (1 GiB)
+	// WrapStore, if set, wraps the store the node uses (e.g. in a faultstore).
+	WrapStore func(store.Store) store.Store
+	Fetch     fetch.Options // the node's fetch options (defaults if zero)
+	Logger    *slog.Logger  // the node's logger (none if nil)
 }
 
 // StartDaemon starts a node and its API server in this process.
@@ -59,8 +68,13 @@ func StartDaemon(t testing.TB, o DaemonOptions) *Daemon {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var nst store.Store = st
+	if o.WrapStore != nil {
+		nst = o.WrapStore(st)
+	}
 	ctx := context.Background()
-	n, err := node.Open(ctx, node.Config{Root: filepath.Join(root, "node"), Store: st, CacheBytes: o.CacheBytes, DefaultSize: o.Size})
+	n, err := node.Open(ctx, node.Config{Root: filepath.Join(root, "node"), Store: nst, CacheBytes: o.CacheBytes,
+		CacheMemBytes: o.CacheMemBytes, DefaultSize: o.Size, Fetch: o.Fetch, Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
