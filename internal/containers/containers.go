@@ -110,7 +110,14 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Record, error) 
 		rc.Hostname = name
 	}
 	dir := filepath.Join(m.dir, id)
-	if err := runc.WriteBundle(filepath.Join(dir, "bundle"), rc); err != nil {
+	// hosts, hostname and resolv.conf bound over the image's, as Docker does: images
+	// made by debootstrap have no /etc/hosts, and servers resolve localhost.
+	rc.EtcDir = filepath.Join(dir, "etc")
+	err = runc.WriteEtc(rc.EtcDir, rc.Hostname, rc.HostNetwork)
+	if err == nil {
+		err = runc.WriteBundle(filepath.Join(dir, "bundle"), rc)
+	}
+	if err != nil {
 		m.node.DeleteVolume(context.WithoutCancel(ctx), id)
 		os.RemoveAll(dir)
 		return nil, err

@@ -2,6 +2,7 @@ package runc
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -34,6 +35,9 @@ type Config struct {
 	// HostNetwork shares the host's network namespace; otherwise the container gets a
 	// new one with only loopback.
 	HostNetwork bool
+	// EtcDir, when set, holds hosts, hostname and resolv.conf (see WriteEtc), which
+	// are bind-mounted over the container's /etc files as Docker does.
+	EtcDir string
 }
 
 // Spec builds the runtime spec for c.
@@ -119,6 +123,12 @@ func Spec(c Config) (*specs.Spec, error) {
 	}
 	if !c.HostNetwork {
 		s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.NetworkNamespace})
+	}
+	if c.EtcDir != "" {
+		for _, f := range EtcFiles {
+			s.Mounts = append(s.Mounts, specs.Mount{Destination: "/etc/" + f, Type: "bind",
+				Source: filepath.Join(c.EtcDir, f), Options: []string{"rbind", "rprivate"}})
+		}
 	}
 	return s, nil
 }
