@@ -1,0 +1,595 @@
+package snapshotter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/snapshots"
+	"github.com/containerd/containerd/snapshots/storage"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/volume"
+)
+
+// Labels the snapshotter reads.
+const (
+	// LabelSnapshotRef is the chain ID containerd's unpacker gives Prepare: the
+	// name of the committed snapshot it is about to make.
+	LabelSnapshotRef = "containerd.io/snapshot.ref"
+	// LabelSnapshot names the Slacker snapshot a layer stands for. `slacker push`
+	// annotates the one layer of a Slacker image with it; the prefix
+	// containerd.io/snapshot/ makes every containerd client pass it to Prepare.
+	LabelSnapshot = "containerd.io/snapshot/dev.slacker.snapshot"
+	// LabelCRIImageRef and LabelCRILayerDigest are set by CRI (with
+	// disable_snapshot_annotations = false) and nerdctl; they name the image in logs.
+	LabelCRIImageRef    = "containerd.io/snapshot/cri.image-ref"
+	LabelCRILayerDigest = "containerd.io/snapshot/cri.layer-digest"
+)
+
+// Node is what the snapshotter needs from the node (*node.Node has it).
+type Node interface {
+	CreateVolume(ctx context.Context, o node.CreateOptions) (node.VolumeInfo, error)
+	MountVolume(ctx context.Context, id string, readOnly bool) (node.VolumeInfo, error)
+	UnmountVolume(ctx context.Context, id string) error
+	SnapshotVolume(ctx context.Context, id string, o node.SnapshotOptions) (*volume.SnapshotResult, error)
+	DeleteVolume(ctx context.Context, id string) error
+	Volume(id string) (node.VolumeInfo, error)
+	Volumes() []node.VolumeInfo
+	Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error)
+	MakeFilesystem(ctx context.Context, size int64) (*volume.SnapshotResult, error)
+}
+
+var _ Node = (*node.Node)(nil)
+
+// Options configure New.
+type Options struct {
+	// Dir holds metadata.db, the records of committed snapshots and the blank base.
+	Dir string
+	// Size is the virtual size of the filesystems of first layers (0: the node's
+	// default).
+	Size int64
+	// VolumePrefix prefixes the IDs of the volumes this snapshotter makes
+	// (default "ctrd-"); two snapshotters on one node need different prefixes.
+	VolumePrefix string
+	Logger       *slog.Logger
+}
+
+// Snapshotter implements containerd's snapshots.Snapshotter and snapshots.Cleaner.
+// It is safe for concurrent use.
+type Snapshotter struct {
+	n      Node
+	o      Options
+	log    *slog.Logger
+	ms     *storage.MetaStore
+	recDir string
+
+	// mu keeps Cleanup (writer) from deleting a volume that a Prepare or Commit
+	// (readers) made but has not recorded yet.
+	mu sync.RWMutex
+
+	baseMu sync.Mutex
+	base   digest.Digest
+
+	notLazyMu sync.Mutex
+	notLazy   map[string]bool // images already logged as not lazy
+}
+
+var (
+	_ snapshots.Snapshotter = (*Snapshotter)(nil)
+	_ snapshots.Cleaner     = (*Snapshotter)(nil)
+)
+
+// record is what the snapshotter keeps of a committed snapshot (records/<id>.json).
+type record struct {
+	Snapshot digest.Digest `json:"snapshot"`
+	Lazy     bool          `json:"lazy,omitempty"` // prepared remotely, never unpacked here
+}
+
+// New opens (or creates) the snapshotter's metadata in o.Dir.
+func New(n Node, o Options) (*Snapshotter, error) {
+	if o.Dir == "" {
+		return nil, fmt.Errorf("snapshotter: no directory given")
+	}
+	if o.VolumePrefix == "" {
+		o.VolumePrefix = "ctrd-"
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	recDir := filepath.Join(o.Dir, "records")
+	if err := os.MkdirAll(recDir, 0o700); err != nil {
+		return nil, fmt.Errorf("snapshotter: %w", err)
+	}
+	ms, err := storage.NewMetaStore(filepath.Join(o.Dir, "metadata.db"))
+	if err != nil {
+		return nil, fmt.Errorf("snapshotter: %w", err)
+	}
+	return &Snapshotter{n: n, o: o, log: log, ms: ms, recDir: recDir, notLazy: map[string]bool{}}, nil
+}
+
+func (s *Snapshotter) volumeID(id string) string { return s.o.VolumePrefix + id }
+
+// mapErr translates node and store errors to containerd's errdefs, once, at this
+// boundary (the gRPC service maps errdefs to status codes).
+func mapErr(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, node.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
+	case errors.Is(err, node.ErrExists):
+		return fmt.Errorf("%w: %w", errdefs.ErrAlreadyExists, err)
+	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed):
+		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
+	case errors.Is(err, node.ErrBusy):
+		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
+	case errors.Is(err, store.ErrUnavailable):
+		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+	}
+	return err
+}
+
+// Stat returns the info of the snapshot named key.
+func (s *Snapshotter) Stat(ctx context.Context, key string) (snapshots.Info, error) {
+	var info snapshots.Info
+	err := s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
+		var err error
+		_, info, _, err = storage.GetInfo(ctx, key)
+		return err
+	})
+	return info, err
+}
+
+// Update updates the labels of a snapshot (the only mutable field).
+func (s *Snapshotter) Update(ctx context.Context, info snapshots.Info, fieldpaths ...string) (snapshots.Info, error) {
+	err := s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
+		var err error
+		info, err = storage.UpdateInfo(ctx, info, fieldpaths...)
+		return err
+	})
+	return info, err
+}
+
+// Usage of an active or view snapshot is the bytes its volume holds in its delta
+// (blocks written, at 4 KiB granularity); of a committed one, the delta it was
+// committed with (0 for a lazily prepared one: nothing of it is on this node).
+func (s *Snapshotter) Usage(ctx context.Context, key string) (snapshots.Usage, error) {
+	var (
+		id    string
+		info  snapshots.Info
+		usage snapshots.Usage
+	)
+	err := s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
+		var err error
+		id, info, usage, err = storage.GetInfo(ctx, key)
+		return err
+	})
+	if err != nil {
+		return usage, err
+	}
+	if info.Kind == snapshots.KindActive || info.Kind == snapshots.KindView {
+		v, err := s.n.Volume(s.volumeID(id))
+		if err != nil {
+			return usage, mapErr(err)
+		}
+		usage.Size = v.Stats.DeltaBytes
+	}
+	return usage, nil
+}
+
+// Mounts returns the mounts of an active or view snapshot, mounting its volume
+// again if it is not mounted.
+func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, error) {
+	var snap storage.Snapshot
+	err := s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
+		var err error
+		snap, err = storage.GetSnapshot(ctx, key)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	ro := snap.Kind == snapshots.KindView
+	v, err := s.n.MountVolume(ctx, s.volumeID(snap.ID), ro)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	return bindMounts(v.Mountpoint, ro), nil
+}
+
+func bindMounts(mountpoint string, ro bool) []mount.Mount {
+	mode := "rw"
+	if ro {
+		mode = "ro"
+	}
+	return []mount.Mount{{Type: "bind", Source: mountpoint, Options: []string{"rbind", mode}}}
+}
+
+// Prepare makes an active snapshot: a writable clone of parent. With the labels of
+// a Slacker layer it takes the remote-snapshot path instead (see the package doc)
+// and returns ErrAlreadyExists.
+func (s *Snapshotter) Prepare(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
+	return s.create(ctx, snapshots.KindActive, key, parent, opts)
+}
+
+// View makes a read-only clone of parent.
+func (s *Snapshotter) View(ctx context.Context, key, parent string, opts ...snapshots.Opt) ([]mount.Mount, error) {
+	return s.create(ctx, snapshots.KindView, key, parent, opts)
+}
+
+func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, parent string, opts []snapshots.Opt) ([]mount.Mount, error) {
+	var base snapshots.Info
+	for _, o := range opts {
+		if err := o(&base); err != nil {
+			return nil, err
+		}
+	}
+	if kind == snapshots.KindActive {
+		if target := base.Labels[LabelSnapshotRef]; target != "" {
+			if snap := base.Labels[LabelSnapshot]; snap != "" {
+				return nil, s.prepareRemote(ctx, key, parent, target, digest.Digest(snap), opts)
+			}
+			s.logNotLazy(key, target, base.Labels)
+		}
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	// The blank base may need a mkfs: make it before taking the write transaction.
+	var blank digest.Digest
+	if parent == "" {
+		var err error
+		if blank, err = s.blankBase(ctx); err != nil {
+			return nil, err
+		}
+	}
+	var mounts []mount.Mount
+	err := s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
+		snap, err := storage.CreateSnapshot(ctx, kind, key, parent, opts...)
+		if err != nil {
+			return err
+		}
+		from := blank
+		// ParentIDs starts with the immediate parent (whatever storage's doc says).
+		if len(snap.ParentIDs) > 0 {
+			rec, err := s.readRecord(snap.ParentIDs[0])
+			if err != nil {
+				return fmt.Errorf("parent %s: %w", parent, err)
+			}
+			from = rec.Snapshot
+		}
+		vid := s.volumeID(snap.ID)
+		ro := kind == snapshots.KindView
+		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from,
+			Labels: map[string]string{"slacker.kind": "containerd", "containerd.key": key}}); err != nil {
+			return fmt.Errorf("clone %s for %s: %w", from, key, mapErr(err))
+		}
+		v, err := s.n.MountVolume(ctx, vid, ro)
+		if err != nil {
+			s.deleteVolume(context.WithoutCancel(ctx), vid)
+			return fmt.Errorf("mount %s: %w", key, mapErr(err))
+		}
+		mounts = bindMounts(v.Mountpoint, ro)
+		s.log.Debug("snapshot-prepared", "key", key, "parent", parent, "kind", kind.String(), "volume", vid, "from", from)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return mounts, nil
+}
+
+// prepareRemote records the committed snapshot target for the Slacker snapshot snap
+// without unpacking anything, and returns ErrAlreadyExists (containerd's contract
+// for a remote snapshot).
+func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target string, snap digest.Digest, opts []snapshots.Opt) error {
+	start := time.Now()
+	if err := store.CheckDigest(snap); err != nil {
+		return fmt.Errorf("label %s=%q: %w", LabelSnapshot, snap, errdefs.ErrInvalidArgument)
+	}
+	// The block map must be in the store this node reads: fail the pull with advice
+	// rather than let containerd unpack the placeholder layer.
+	m, err := s.n.Map(ctx, snap)
+	if err != nil {
+		if errors.Is(err, node.ErrNotFound) {
+			return fmt.Errorf("%w: the image names Slacker snapshot %s, which is not in this node's store: "+
+				"point slackerd at the store the image was pushed to (docs/containerd.md)", errdefs.ErrNotFound, snap)
+		}
+		return mapErr(err)
+	}
+	err = s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
+		if _, _, _, err := storage.GetInfo(ctx, target); err == nil {
+			return nil // another pull (or namespace) made it already
+		}
+		info, err := storage.CreateSnapshot(ctx, snapshots.KindActive, key, parent, opts...)
+		if err != nil {
+			return err
+		}
+		if err := s.writeRecord(info.ID, record{Snapshot: snap, Lazy: true}); err != nil {
+			return err
+		}
+		_, err = storage.CommitActive(ctx, key, target, snapshots.Usage{}, opts...)
+		return err
+	})
+	if err != nil && !errdefs.IsAlreadyExists(err) {
+		return err
+	}
+	s.log.Info("remote-snapshot-prepared", "key", key, "chain", target, "snapshot", snap,
+		"image", imageOf(opts), "size", m.Size, "took", time.Since(start))
+	return fmt.Errorf("target snapshot %q: %w", target, errdefs.ErrAlreadyExists)
+}
+
+func imageOf(opts []snapshots.Opt) string {
+	var info snapshots.Info
+	for _, o := range opts {
+		o(&info)
+	}
+	return info.Labels[LabelCRIImageRef]
+}
+
+// logNotLazy says, once per image when containerd names it (CRI, nerdctl) and once
+// per layer otherwise, that a layer is being unpacked rather than mounted lazily.
+func (s *Snapshotter) logNotLazy(key, chain string, labels map[string]string) {
+	img := labels[LabelCRIImageRef]
+	if img != "" {
+		s.notLazyMu.Lock()
+		seen := s.notLazy[img]
+		if len(s.notLazy) > 4096 {
+			s.notLazy = map[string]bool{}
+		}
+		s.notLazy[img] = true
+		s.notLazyMu.Unlock()
+		if seen {
+			return
+		}
+	}
+	s.log.Warn("snapshot-not-lazy", "image", img, "chain", chain, "layer", labels[LabelCRILayerDigest], "key", key,
+		"reason", "not a Slacker image: containerd downloads this layer and unpacks it into a clone; "+
+			"convert the image with `slacker convert` and push it for lazy pulls")
+}
+
+// Commit snapshots the active snapshot key's volume (a Slacker snapshot), records it
+// under name and deletes the volume.
+func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
+	var snap storage.Snapshot
+	err := s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
+		var err error
+		snap, err = storage.GetSnapshot(ctx, key)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if snap.Kind != snapshots.KindActive {
+		return fmt.Errorf("commit %s: snapshot is %s, not active: %w", key, snap.Kind, errdefs.ErrFailedPrecondition)
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	vid := s.volumeID(snap.ID)
+	res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
+	if err != nil {
+		return fmt.Errorf("commit %s: %w", key, mapErr(err))
+	}
+	err = s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
+		if err := s.writeRecord(snap.ID, record{Snapshot: res.ID}); err != nil {
+			return err
+		}
+		_, err := storage.CommitActive(ctx, key, name, snapshots.Usage{Size: res.DeltaBytes}, opts...)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	s.log.Info("snapshot-committed", "name", name, "key", key, "snapshot", res.ID, "delta_bytes", res.DeltaBytes,
+		"new_bytes", res.NewBytes)
+	s.deleteVolume(context.WithoutCancel(ctx), vid)
+	return nil
+}
+
+// Remove removes a snapshot and, for an active or view one, its volume.
+func (s *Snapshotter) Remove(ctx context.Context, key string) error {
+	var (
+		id   string
+		kind snapshots.Kind
+	)
+	err := s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
+		var err error
+		id, kind, err = storage.Remove(ctx, key)
+		if err != nil {
+			return fmt.Errorf("failed to remove snapshot %s: %w", key, err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if kind == snapshots.KindCommitted {
+		os.Remove(s.recordPath(id))
+		return nil
+	}
+	s.deleteVolume(context.WithoutCancel(ctx), s.volumeID(id))
+	return nil
+}
+
+// deleteVolume deletes a volume, leaving it to Cleanup if that fails.
+func (s *Snapshotter) deleteVolume(ctx context.Context, vid string) {
+	if err := s.n.DeleteVolume(ctx, vid); err != nil && !errors.Is(err, node.ErrNotFound) {
+		s.log.Warn("snapshot-volume-delete-failed", "volume", vid, "err", err, "reason", "left for Cleanup")
+	}
+}
+
+// Walk calls fn for every snapshot matching the filters.
+func (s *Snapshotter) Walk(ctx context.Context, fn snapshots.WalkFunc, filters ...string) error {
+	return s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
+		return storage.WalkInfo(ctx, fn, filters...)
+	})
+}
+
+// Cleanup deletes volumes and records no snapshot owns (left by a crash or a failed
+// delete).
+func (s *Snapshotter) Cleanup(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.baseMu.Lock() // a blank base being made is not garbage
+	defer s.baseMu.Unlock()
+	kinds := map[string]snapshots.Kind{}
+	err := s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
+		return storage.WalkInfo(ctx, func(ctx context.Context, info snapshots.Info) error {
+			id, _, _, err := storage.GetInfo(ctx, info.Name)
+			if err != nil {
+				return err
+			}
+			kinds[id] = info.Kind
+			return nil
+		})
+	})
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, v := range s.n.Volumes() {
+		id, ok := strings.CutPrefix(v.ID, s.o.VolumePrefix)
+		if !ok || !strings.HasPrefix(v.Labels["slacker.kind"], "containerd") {
+			continue
+		}
+		if k, ok := kinds[id]; ok && k != snapshots.KindCommitted {
+			continue
+		}
+		if err := s.n.DeleteVolume(ctx, v.ID); err != nil && !errors.Is(err, node.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("cleanup volume %s: %w", v.ID, mapErr(err)))
+			continue
+		}
+		s.log.Info("snapshot-volume-cleaned", "volume", v.ID)
+	}
+	ents, _ := os.ReadDir(s.recDir)
+	for _, e := range ents {
+		id := strings.TrimSuffix(e.Name(), ".json")
+		if k, ok := kinds[id]; !ok || k != snapshots.KindCommitted {
+			os.Remove(filepath.Join(s.recDir, e.Name()))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Close closes the metadata store. Volumes stay (and stay mounted): they belong to
+// the node, which outlives the gRPC service.
+func (s *Snapshotter) Close() error { return s.ms.Close() }
+
+func (s *Snapshotter) recordPath(id string) string { return filepath.Join(s.recDir, id+".json") }
+
+func (s *Snapshotter) readRecord(id string) (record, error) {
+	var r record
+	b, err := os.ReadFile(s.recordPath(id))
+	if err != nil {
+		return r, fmt.Errorf("snapshot record %s: %w", id, errdefs.ErrNotFound)
+	}
+	if err := json.Unmarshal(b, &r); err != nil || store.CheckDigest(r.Snapshot) != nil {
+		return r, fmt.Errorf("snapshot record %s is corrupt: %v", id, err)
+	}
+	return r, nil
+}
+
+// writeRecord writes a record atomically (temp, fsync, rename, fsync of the dir).
+func (s *Snapshotter) writeRecord(id string, r record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return writeFileAtomic(s.recordPath(id), b)
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return err
+	}
+	if d, err := os.Open(filepath.Dir(path)); err == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// blankBase returns the blank ext4 snapshot first layers start from: mkfs, with
+// lost+found removed (a layer never has it, and containerd compares trees exactly).
+// It is made once and remembered in base.json.
+func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
+	s.baseMu.Lock()
+	defer s.baseMu.Unlock()
+	if s.base != "" {
+		return s.base, nil
+	}
+	path := filepath.Join(s.o.Dir, "base.json")
+	var saved struct {
+		Size     int64         `json:"size"`
+		Snapshot digest.Digest `json:"snapshot"`
+	}
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &saved) == nil && saved.Size == s.o.Size {
+		if _, err := s.n.Map(ctx, saved.Snapshot); err == nil {
+			s.base = saved.Snapshot
+			return s.base, nil
+		}
+		s.log.Warn("blank-base-missing", "snapshot", saved.Snapshot, "reason", "not in the store; making a new one")
+	}
+	start := time.Now()
+	mk, err := s.n.MakeFilesystem(ctx, s.o.Size)
+	if err != nil {
+		return "", fmt.Errorf("make the blank filesystem: %w", mapErr(err))
+	}
+	vid := s.o.VolumePrefix + "base-" + fmt.Sprint(time.Now().UnixNano())
+	if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: mk.ID,
+		Labels: map[string]string{"slacker.kind": "containerd-base"}}); err != nil {
+		return "", mapErr(err)
+	}
+	defer s.deleteVolume(context.WithoutCancel(ctx), vid)
+	v, err := s.n.MountVolume(ctx, vid, false)
+	if err != nil {
+		return "", mapErr(err)
+	}
+	if err := os.Remove(filepath.Join(v.Mountpoint, "lost+found")); err != nil && !os.IsNotExist(err) {
+		return "", fmt.Errorf("make the blank filesystem: %w", err)
+	}
+	if err := s.n.UnmountVolume(ctx, vid); err != nil {
+		return "", mapErr(err)
+	}
+	res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
+	if err != nil {
+		return "", mapErr(err)
+	}
+	saved.Size, saved.Snapshot = s.o.Size, res.ID
+	b, _ := json.Marshal(saved)
+	if err := writeFileAtomic(path, b); err != nil {
+		return "", err
+	}
+	s.base = res.ID
+	s.log.Info("blank-base-made", "snapshot", res.ID, "took", time.Since(start))
+	return s.base, nil
+}

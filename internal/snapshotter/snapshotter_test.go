@@ -1,0 +1,333 @@
+package snapshotter_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/containerd/containerd/errdefs"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/containerd/containerd/snapshots"
+	"github.com/containerd/containerd/snapshots/testsuite"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/snapshotter"
+	"github.com/slacker-dev/slacker/internal/testenv"
+)
+
+// TestContainerdSuite runs containerd's own snapshotter test suite against the
+// Slacker snapshotter on a real node (FUSE, loop devices, ext4). Its tests run in
+// parallel, each with its own snapshotter on the shared node.
+func TestContainerdSuite(t *testing.T) {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	var seq atomic.Int64
+	testsuite.SnapshotterSuite(t, "slacker", func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
+		prefix := fmt.Sprintf("ts%d-", seq.Add(1))
+		sn, err := snapshotter.New(d.Node, snapshotter.Options{Dir: root, VolumePrefix: prefix})
+		if err != nil {
+			return nil, nil, err
+		}
+		return sn, func() error {
+			sn.Close()
+			return deleteVolumes(d.Node, prefix)
+		}, nil
+	})
+}
+
+func deleteVolumes(n *node.Node, prefix string) error {
+	var errs []error
+	for _, v := range n.Volumes() {
+		if strings.HasPrefix(v.ID, prefix) {
+			if err := n.DeleteVolume(context.Background(), v.ID); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// logBuffer collects JSON log lines for checks on event names.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) count(event string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Count(l.b.String(), `"msg":"`+event+`"`)
+}
+
+type fixture struct {
+	t    *testing.T
+	d    *testenv.Daemon
+	sn   *snapshotter.Snapshotter
+	dir  string
+	logs *logBuffer
+	ctx  context.Context
+}
+
+func newFixture(t *testing.T) *fixture {
+	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
+	f := &fixture{t: t, d: d, dir: t.TempDir(), logs: &logBuffer{},
+		ctx: namespaces.WithNamespace(context.Background(), "test")}
+	f.open()
+	t.Cleanup(func() {
+		f.sn.Close()
+		if err := deleteVolumes(d.Node, "ctrd-"); err != nil {
+			t.Error(err)
+		}
+	})
+	return f
+}
+
+func (f *fixture) open() {
+	f.t.Helper()
+	var err error
+	f.sn, err = snapshotter.New(f.d.Node, snapshotter.Options{Dir: f.dir,
+		Logger: slog.New(slog.NewJSONHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// slackerSnapshot makes a Slacker snapshot holding files, as `slacker convert` would.
+func (f *fixture) slackerSnapshot(files map[string]string) digest.Digest {
+	f.t.Helper()
+	n := f.d.Node
+	blank, err := n.MakeFilesystem(f.ctx, 0)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	v, err := n.CreateVolume(f.ctx, node.CreateOptions{ID: "img", Snapshot: blank.ID})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if v, err = n.MountVolume(f.ctx, "img", false); err != nil {
+		f.t.Fatal(err)
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(v.Mountpoint, name), []byte(content), 0o644); err != nil {
+			f.t.Fatal(err)
+		}
+	}
+	if err := n.UnmountVolume(f.ctx, "img"); err != nil {
+		f.t.Fatal(err)
+	}
+	res, err := n.SnapshotVolume(f.ctx, "img", node.SnapshotOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if err := n.DeleteVolume(f.ctx, "img"); err != nil {
+		f.t.Fatal(err)
+	}
+	return res.ID
+}
+
+// withMount mounts ms on a temporary directory for fn.
+func withMount(t *testing.T, ms []mount.Mount, fn func(root string)) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := mount.All(ms, dir); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := mount.UnmountAll(dir, 0); err != nil {
+			t.Error(err)
+		}
+	}()
+	fn(dir)
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// TestRemoteSnapshot is containerd's remote-snapshot flow for a Slacker layer:
+// Prepare with the chain ID and the Slacker label returns ErrAlreadyExists and
+// leaves a committed snapshot that containerd's metadata layer finds with its Walk
+// filter; a container prepared from it sees the image's files; and the snapshots
+// survive a restart of the snapshotter.
+func TestRemoteSnapshot(t *testing.T) {
+	f := newFixture(t)
+	snap := f.slackerSnapshot(map[string]string{"hello": "from slacker\n"})
+	chain := digest.FromString("a chain ID").String()
+	labels := map[string]string{
+		snapshotter.LabelSnapshotRef: chain,
+		snapshotter.LabelSnapshot:    snap.String(),
+		"containerd.io/gc.root":      "x",
+	}
+	for i := range 2 { // a second pull of the same image finds it
+		_, err := f.sn.Prepare(f.ctx, fmt.Sprintf("default/%d/extract-%s", i, chain), "", snapshots.WithLabels(labels))
+		if !errdefs.IsAlreadyExists(err) {
+			t.Fatalf("prepare %d of a Slacker layer: %v, want ErrAlreadyExists", i, err)
+		}
+	}
+	if got := f.logs.count("remote-snapshot-prepared"); got != 2 {
+		t.Fatalf("remote-snapshot-prepared logged %d times, want 2", got)
+	}
+	var found []snapshots.Info
+	filter := fmt.Sprintf(`labels."containerd.io/snapshot.ref"==%s,parent==""`, chain)
+	if err := f.sn.Walk(f.ctx, func(_ context.Context, i snapshots.Info) error {
+		found = append(found, i)
+		return nil
+	}, filter); err != nil {
+		t.Fatal(err)
+	}
+	if len(found) != 1 || found[0].Name != chain || found[0].Kind != snapshots.KindCommitted {
+		t.Fatalf("walk %s: %+v", filter, found)
+	}
+	if u, err := f.sn.Usage(f.ctx, chain); err != nil || u.Size != 0 {
+		t.Fatalf("usage of a lazy snapshot: %+v %v", u, err)
+	}
+
+	// Restart the snapshotter: metadata and records are durable.
+	f.sn.Close()
+	f.open()
+	ms, err := f.sn.Prepare(f.ctx, "container", chain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withMount(t, ms, func(root string) {
+		if got := readFile(t, filepath.Join(root, "hello")); got != "from slacker\n" {
+			t.Fatalf("container sees %q", got)
+		}
+		if err := os.WriteFile(filepath.Join(root, "new"), []byte("written"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if u, err := f.sn.Usage(f.ctx, "container"); err != nil || u.Size == 0 {
+		t.Fatalf("usage of a written container: %+v %v", u, err)
+	}
+	// A containerd commit makes a Slacker snapshot of the container.
+	if err := f.sn.Commit(f.ctx, "committed", "container"); err != nil {
+		t.Fatal(err)
+	}
+	ms, err = f.sn.View(f.ctx, "view", "committed")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withMount(t, ms, func(root string) {
+		if got := readFile(t, filepath.Join(root, "new")); got != "written" {
+			t.Fatalf("view of the commit sees %q", got)
+		}
+		if err := os.WriteFile(filepath.Join(root, "x"), nil, 0o644); err == nil {
+			t.Fatal("a view is writable")
+		}
+	})
+	for _, k := range []string{"view", "committed", chain} {
+		if err := f.sn.Remove(f.ctx, k); err != nil {
+			t.Fatalf("remove %s: %v", k, err)
+		}
+	}
+	for _, v := range f.d.Node.Volumes() {
+		if strings.HasPrefix(v.ID, "ctrd-") && !strings.HasPrefix(v.ID, "ctrd-base") {
+			t.Errorf("volume %s left after every snapshot was removed", v.ID)
+		}
+	}
+}
+
+// TestRemoteSnapshotErrors: a Slacker label that names no snapshot in the store, or
+// is not a digest, fails the Prepare with advice; nothing is recorded.
+func TestRemoteSnapshotErrors(t *testing.T) {
+	f := newFixture(t)
+	for _, tc := range []struct {
+		snap string
+		want func(error) bool
+		msg  string
+	}{
+		{digest.FromString("nothing").String(), errdefs.IsNotFound, "not in this node's store"},
+		{"not-a-digest", errdefs.IsInvalidArgument, "dev.slacker.snapshot"},
+	} {
+		_, err := f.sn.Prepare(f.ctx, "extract-"+tc.snap, "", snapshots.WithLabels(map[string]string{
+			snapshotter.LabelSnapshotRef: "sha256:" + strings.Repeat("a", 64),
+			snapshotter.LabelSnapshot:    tc.snap,
+		}))
+		if err == nil || !tc.want(err) || !strings.Contains(err.Error(), tc.msg) {
+			t.Errorf("snapshot %q: %v", tc.snap, err)
+		}
+	}
+	n := 0
+	f.sn.Walk(f.ctx, func(context.Context, snapshots.Info) error { n++; return nil })
+	if n != 0 {
+		t.Fatalf("%d snapshots recorded after failed prepares", n)
+	}
+}
+
+// TestNotLazyLogged: an ordinary layer unpack is logged as not lazy, once per image
+// when containerd names the image, and the layer is applied into a clone.
+func TestNotLazyLogged(t *testing.T) {
+	f := newFixture(t)
+	for i, img := range []string{"reg/a:1", "reg/a:1", "reg/b:1"} {
+		chain := digest.FromString(fmt.Sprint(i)).String()
+		key := "extract-" + chain
+		ms, err := f.sn.Prepare(f.ctx, key, "", snapshots.WithLabels(map[string]string{
+			snapshotter.LabelSnapshotRef: chain, snapshotter.LabelCRIImageRef: img}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		withMount(t, ms, func(root string) {
+			if _, err := os.Stat(filepath.Join(root, "lost+found")); !os.IsNotExist(err) {
+				t.Errorf("a first layer starts with lost+found (%v)", err)
+			}
+			os.WriteFile(filepath.Join(root, "f"), []byte(img), 0o644)
+		})
+		if err := f.sn.Commit(f.ctx, chain, key); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := f.logs.count("snapshot-not-lazy"); got != 2 {
+		t.Fatalf("snapshot-not-lazy logged %d times for 2 images, want 2", got)
+	}
+}
+
+// TestCleanup removes volumes whose snapshots are gone (as after a crash between
+// a volume's creation and its record) and keeps those in use.
+func TestCleanup(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.sn.Prepare(f.ctx, "keep", ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.d.Node.CreateVolume(f.ctx, node.CreateOptions{ID: "ctrd-999",
+		Labels: map[string]string{"slacker.kind": "containerd"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.d.Node.CreateVolume(f.ctx, node.CreateOptions{ID: "other"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.sn.Cleanup(f.ctx); err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, v := range f.d.Node.Volumes() {
+		have[v.ID] = true
+	}
+	if have["ctrd-999"] || !have["other"] {
+		t.Fatalf("after cleanup: %v", have)
+	}
+	if _, err := f.sn.Mounts(f.ctx, "keep"); err != nil {
+		t.Fatalf("the active snapshot lost its volume: %v", err)
+	}
+	f.d.Node.DeleteVolume(f.ctx, "other")
+}
