@@ -7,10 +7,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -22,6 +24,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/daemon"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/snapshotter"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
 )
 
@@ -66,6 +69,8 @@ func command() *cobra.Command {
 			set("cache-memory", &cfg.Cache.Memory, flags.Cache.Memory)
 			set("cache-disk", &cfg.Cache.Disk, flags.Cache.Disk)
 			set("log-level", &cfg.LogLevel, flags.LogLevel)
+			set("snapshotter-socket", &cfg.SnapshotterSocket, flags.SnapshotterSocket)
+			set("docker-config", &cfg.Registry.DockerConfig, flags.Registry.DockerConfig)
 			if f.Changed("direct-io") {
 				cfg.DirectIO = &directIO
 			}
@@ -86,6 +91,8 @@ func command() *cobra.Command {
 	f.StringVar(&flags.Cache.Disk, "cache-disk", flags.Cache.Disk, "disk tier of the node chunk cache: auto (off for a local store), on, off")
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
+	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
+	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
 	f.StringVar(&debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060)")
 	return cmd
 }
@@ -124,8 +131,26 @@ func run(cfg config.Daemon) error {
 		return err
 	}
 	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
+	if r.DockerConfig != "" {
+		// Registry access reads credentials the way docker does, from $DOCKER_CONFIG.
+		os.Setenv("DOCKER_CONFIG", filepath.Dir(r.DockerConfig))
+	}
+	errc := make(chan error, 2)
+	var snapSrv *snapshotter.Server
+	if r.SnapshotterSocket != "" {
+		sn, err := snapshotter.New(n, snapshotter.Options{Dir: filepath.Join(r.Root, "snapshotter"), Logger: log})
+		var l net.Listener
+		if err == nil {
+			defer sn.Close()
+			snapSrv, l, err = snapshotter.Listen(r.SnapshotterSocket, sn, log)
+		}
+		if err != nil {
+			n.Close(context.Background())
+			return err
+		}
+		go func() { errc <- snapSrv.Serve(l) }()
+	}
 	srv := daemon.New(n, daemon.Options{StateRoot: r.Root, Store: storeDesc, ChunkSize: r.ChunkSize, Logger: log})
-	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(r.Socket) }()
 	select {
 	case <-ctx.Done():
@@ -135,6 +160,9 @@ func run(cfg config.Daemon) error {
 	}
 	sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
+	if snapSrv != nil {
+		snapSrv.Stop(sctx)
+	}
 	srv.Shutdown(sctx)
 	if cerr := n.Close(sctx); cerr != nil {
 		log.Error("close-failed", "err", cerr)

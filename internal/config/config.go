@@ -40,6 +40,19 @@ type Daemon struct {
 		Attempt  string `toml:"attempt_timeout"`
 		MaxWait  string `toml:"max_wait"`
 	} `toml:"fetch"`
+	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
+	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
+	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
+	SnapshotterSocket string `toml:"snapshotter_socket"`
+	Registry          struct {
+		// DockerConfig is the Docker client config (config.json) holding registry
+		// credentials; empty means $DOCKER_CONFIG/config.json, else
+		// ~/.docker/config.json of the user slackerd runs as.
+		DockerConfig string `toml:"docker_config"`
+		// Insecure talks plain HTTP to every registry (loopback and private
+		// addresses always get plain HTTP).
+		Insecure bool `toml:"insecure"`
+	} `toml:"registry"`
 }
 
 // Defaults returns the configuration used when no file is given.
@@ -65,6 +78,8 @@ func Load(path string) (Daemon, error) {
 // Resolved is a validated configuration with parsed values.
 type Resolved struct {
 	Root, NodeRoot, Socket, Store   string
+	SnapshotterSocket, DockerConfig string // SnapshotterSocket "" when off
+	InsecureRegistry                bool
 	ChunkSize, CacheBytes, MemBytes int64
 	DirectIO                        bool
 	CacheDisk                       string // "auto", "on" or "off"
@@ -81,6 +96,28 @@ func (d Daemon) Resolve() (Resolved, error) {
 	}
 	r.NodeRoot = filepath.Join(r.Root, "node")
 	r.Socket = d.Socket
+	switch d.SnapshotterSocket {
+	case "":
+		r.SnapshotterSocket = filepath.Join(filepath.Dir(d.Socket), "snapshotter.sock")
+	case "off":
+	default:
+		r.SnapshotterSocket = d.SnapshotterSocket
+	}
+	if r.SnapshotterSocket != "" && r.SnapshotterSocket == r.Socket {
+		return r, fmt.Errorf("snapshotter_socket %s: must differ from socket", d.SnapshotterSocket)
+	}
+	if d.Registry.DockerConfig != "" {
+		if r.DockerConfig, err = filepath.Abs(d.Registry.DockerConfig); err != nil {
+			return r, err
+		}
+		if filepath.Base(r.DockerConfig) != "config.json" {
+			return r, fmt.Errorf("registry.docker_config %s: must be a file named config.json (as in ~/.docker)", d.Registry.DockerConfig)
+		}
+		if _, err := os.Stat(r.DockerConfig); err != nil {
+			return r, fmt.Errorf("registry.docker_config: %w", err)
+		}
+	}
+	r.InsecureRegistry = d.Registry.Insecure
 	r.Store = d.Store
 	if r.Store == "" {
 		r.Store = filepath.Join(r.Root, "store")

@@ -1,0 +1,56 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestSnapshotterAndRegistryKeys(t *testing.T) {
+	dir := t.TempDir()
+	dockerCfg := filepath.Join(dir, "config.json")
+	os.WriteFile(dockerCfg, []byte(`{"auths":{}}`), 0o600)
+	other := filepath.Join(dir, "auth.json")
+	os.WriteFile(other, []byte(`{}`), 0o600)
+	for _, tc := range []struct {
+		name, toml   string
+		wantSocket   string
+		wantDocker   string
+		wantInsecure bool
+		wantErr      string
+	}{
+		{name: "defaults", toml: ``, wantSocket: "/run/slacker/snapshotter.sock"},
+		{name: "next to the API socket", toml: `socket = "/srv/s/api.sock"`, wantSocket: "/srv/s/snapshotter.sock"},
+		{name: "explicit", toml: `snapshotter_socket = "/run/x.sock"`, wantSocket: "/run/x.sock"},
+		{name: "off", toml: `snapshotter_socket = "off"`, wantSocket: ""},
+		{name: "same as API", toml: "socket = \"/a.sock\"\nsnapshotter_socket = \"/a.sock\"", wantErr: "must differ"},
+		{name: "credentials", toml: "[registry]\ndocker_config = \"" + dockerCfg + "\"\ninsecure = true",
+			wantSocket: "/run/slacker/snapshotter.sock", wantDocker: dockerCfg, wantInsecure: true},
+		{name: "credentials file name", toml: "[registry]\ndocker_config = \"" + other + "\"", wantErr: "config.json"},
+		{name: "credentials missing", toml: "[registry]\ndocker_config = \"" + dir + "/no/config.json\"", wantErr: "no such file"},
+		{name: "unknown key", toml: "[registry]\npassword = \"x\"", wantErr: "unknown keys"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(t.TempDir(), "slackerd.toml")
+			os.WriteFile(p, []byte(tc.toml), 0o600)
+			d, err := Load(p)
+			var r Resolved
+			if err == nil {
+				r, err = d.Resolve()
+			}
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.SnapshotterSocket != tc.wantSocket || r.DockerConfig != tc.wantDocker || r.InsecureRegistry != tc.wantInsecure {
+				t.Fatalf("got socket %q docker %q insecure %v", r.SnapshotterSocket, r.DockerConfig, r.InsecureRegistry)
+			}
+		})
+	}
+}
