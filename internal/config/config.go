@@ -53,6 +53,16 @@ type Daemon struct {
 		// addresses always get plain HTTP).
 		Insecure bool `toml:"insecure"`
 	} `toml:"registry"`
+	// GraphDriver is Docker's graph-driver plugin (docs/docker.md).
+	GraphDriver struct {
+		// Socket is where slackerd serves it; empty (the default) means not at all.
+		// dockerd finds the plugin NAME at /run/docker/plugins/NAME.sock, so
+		// /run/docker/plugins/slacker.sock is storage driver "slacker".
+		Socket string `toml:"socket"`
+		// SharedStore says the nodes that pull what this node pushes use its store:
+		// docker commit then makes Slacker layers (a snapshot ID) instead of tars.
+		SharedStore bool `toml:"shared_store"`
+	} `toml:"graphdriver"`
 }
 
 // Defaults returns the configuration used when no file is given.
