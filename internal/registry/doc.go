@@ -1,11 +1,13 @@
 // Package registry uses any OCI distribution registry as Slacker's name server.
 //
-// Push publishes an image as a small OCI artifact: an image manifest whose
-// artifactType and config media type are the Slacker descriptor's, whose config blob
-// is the descriptor (snapshot ID and image configuration), and which has no layers
-// (only the OCI empty blob, for registries that want one). Pull fetches the manifest
-// and that one blob: kilobytes, whatever the image's size. Chunk data never goes
-// through the registry.
+// Push publishes an image as a small, ordinary OCI image: an image config with the
+// image's command, environment and platform, and one layer, the Slacker layer
+// (image.EncodeLayer): a tar of a few kilobytes carrying the descriptor (snapshot ID
+// and image configuration), annotated in the manifest with the snapshot ID so that
+// containerd's Slacker snapshotter mounts the snapshot instead of unpacking it. Pull
+// fetches the manifest and that layer: kilobytes, whatever the image's size (it
+// still reads the first format, whose config blob was the descriptor). Chunk data
+// never goes through the registry.
 //
 // Pulling a reference that is an ordinary OCI image is refused with a message that
 // says how to convert it: there is no silent fallback. Credentials come from the

@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,6 +9,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -69,9 +71,6 @@ func (o Options) withTimeout(ctx context.Context) (context.Context, context.Canc
 	return context.WithTimeout(ctx, t)
 }
 
-// emptyJSON is the OCI empty descriptor's content, used as the one layer.
-var emptyJSON = []byte("{}")
-
 type rawManifest struct {
 	b  []byte
 	mt types.MediaType
@@ -84,10 +83,12 @@ func (r rawManifest) MediaType() (types.MediaType, error) { return r.mt, nil }
 type Result struct {
 	Reference      string        // fully qualified
 	ManifestDigest digest.Digest //
-	BytesMoved     int64         // manifest + descriptor (+ empty blob)
+	BytesMoved     int64         // manifest + image config + Slacker layer
 }
 
-// Push publishes d at ref.
+// Push publishes d at ref as an OCI image whose one layer is the Slacker layer
+// (image.EncodeLayer), annotated with the snapshot ID so that containerd's Slacker
+// snapshotter mounts the snapshot instead of unpacking the layer (docs/format.md).
 func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Result, error) {
 	r, err := o.ref(ref)
 	if err != nil {
@@ -95,25 +96,43 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 	}
 	ctx, cancel := o.withTimeout(ctx)
 	defer cancel()
-	cfg, err := d.Encode()
+	layer, err := image.EncodeLayer(d)
 	if err != nil {
 		return nil, err
 	}
-	cfgLayer := static.NewLayer(cfg, types.MediaType(image.MediaType))
-	emptyLayer := static.NewLayer(emptyJSON, types.MediaType(ocispec.MediaTypeEmptyJSON))
-	for _, l := range []v1.Layer{cfgLayer, emptyLayer} {
+	layerDigest := digest.FromBytes(layer)
+	arch := d.Platform.Architecture
+	if arch == "" {
+		arch = runtime.GOARCH
+	}
+	created := d.Created.UTC()
+	cfg, err := json.Marshal(ocispec.Image{
+		Created:  &created,
+		Platform: ocispec.Platform{OS: "linux", Architecture: arch, Variant: d.Platform.Variant},
+		Config:   d.Config,
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layerDigest}},
+		History: []ocispec.History{{Created: &created, CreatedBy: "slacker push",
+			Comment: "Slacker image: the root filesystem is snapshot " + d.Snapshot.String() + "; run it with the Slacker snapshotter"}},
+	})
+	if err != nil {
+		return nil, err
+	}
+	for _, l := range []v1.Layer{
+		static.NewLayer(cfg, types.MediaType(ocispec.MediaTypeImageConfig)),
+		static.NewLayer(layer, types.MediaType(ocispec.MediaTypeImageLayer)),
+	} {
 		if err := remote.WriteLayer(r.Context(), l, o.remote(ctx)...); err != nil {
 			return nil, mapErr(ref, err)
 		}
 	}
 	m := ocispec.Manifest{
-		MediaType:    ocispec.MediaTypeImageManifest,
-		ArtifactType: image.MediaType,
-		Config:       ocispec.Descriptor{MediaType: image.MediaType, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
-		Layers:       []ocispec.Descriptor{{MediaType: ocispec.MediaTypeEmptyJSON, Digest: digest.FromBytes(emptyJSON), Size: 2}},
+		MediaType: ocispec.MediaTypeImageManifest,
+		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
+		Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayer, Digest: layerDigest, Size: int64(len(layer)),
+			Annotations: map[string]string{image.AnnotationSnapshot: d.Snapshot.String()}}},
 		Annotations: map[string]string{
-			"dev.slacker.snapshot":    d.Snapshot.String(),
-			ocispec.AnnotationCreated: d.Created.UTC().Format(time.RFC3339),
+			annotationSnapshot:        d.Snapshot.String(),
+			ocispec.AnnotationCreated: created.Format(time.RFC3339),
 		},
 	}
 	m.SchemaVersion = 2
@@ -124,10 +143,15 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 	if err := remote.Put(r, rawManifest{mb, types.OCIManifestSchema1}, o.remote(ctx)...); err != nil {
 		return nil, mapErr(ref, err)
 	}
-	return &Result{Reference: r.Name(), ManifestDigest: digest.FromBytes(mb), BytesMoved: int64(len(mb) + len(cfg) + 2)}, nil
+	return &Result{Reference: r.Name(), ManifestDigest: digest.FromBytes(mb), BytesMoved: int64(len(mb) + len(cfg) + len(layer))}, nil
 }
 
-// Pull resolves ref to a Slacker image descriptor.
+// annotationSnapshot marks a manifest as a Slacker image's.
+const annotationSnapshot = "dev.slacker.snapshot"
+
+// Pull resolves ref to a Slacker image descriptor. It reads the manifest and the
+// Slacker layer (or, for artifacts pushed before the Slacker layer existed, the
+// descriptor as config blob): kilobytes, whatever the image's size.
 func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Result, error) {
 	r, err := o.ref(ref)
 	if err != nil {
@@ -143,18 +167,24 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
 		return nil, nil, fmt.Errorf("%s: manifest: %w", ref, err)
 	}
-	if m.Config.MediaType != image.MediaType {
+	var blob ocispec.Descriptor
+	switch {
+	case m.Config.MediaType == image.MediaType: // descriptor as config (first format)
+		blob = m.Config
+	case len(m.Layers) == 1 && m.Layers[0].Annotations[image.AnnotationSnapshot] != "":
+		blob = m.Layers[0]
+	default:
 		kind := string(desc.MediaType)
 		if desc.MediaType.IsIndex() {
 			kind = "an image index (" + kind + ")"
 		}
-		return nil, nil, fmt.Errorf("%s is %s with config %q: %w; convert it first with `slacker convert %s NAME` and push that",
+		return nil, nil, fmt.Errorf("%s is %s with config %q and no Slacker layer: %w; convert it first with `slacker convert %s NAME` and push that",
 			ref, kind, m.Config.MediaType, ErrNotSlacker, ref)
 	}
-	if m.Config.Size > image.MaxSize {
-		return nil, nil, fmt.Errorf("%s: descriptor of %d bytes is larger than %d: %w", ref, m.Config.Size, image.MaxSize, image.ErrMalformed)
+	if blob.Size > image.MaxLayerSize {
+		return nil, nil, fmt.Errorf("%s: Slacker blob of %d bytes is larger than %d: %w", ref, blob.Size, image.MaxLayerSize, image.ErrMalformed)
 	}
-	l, err := remote.Layer(r.Context().Digest(m.Config.Digest.String()), o.remote(ctx)...)
+	l, err := remote.Layer(r.Context().Digest(blob.Digest.String()), o.remote(ctx)...)
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}
@@ -163,16 +193,24 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 		return nil, nil, mapErr(ref, err)
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, image.MaxSize+1))
+	b, err := io.ReadAll(io.LimitReader(rc, image.MaxLayerSize+1))
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}
-	if digest.FromBytes(b) != m.Config.Digest {
-		return nil, nil, fmt.Errorf("%s: descriptor blob does not match its digest %s", ref, m.Config.Digest)
+	if digest.FromBytes(b) != blob.Digest {
+		return nil, nil, fmt.Errorf("%s: blob does not match its digest %s", ref, blob.Digest)
 	}
-	d, err := image.Decode(b)
+	var d *image.Descriptor
+	if blob.MediaType == image.MediaType {
+		d, err = image.Decode(b)
+	} else {
+		d, err = image.DecodeLayer(bytes.NewReader(b))
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("%s: %w", ref, err)
+	}
+	if want := blob.Annotations[image.AnnotationSnapshot]; want != "" && want != d.Snapshot.String() {
+		return nil, nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
 	}
 	return d, &Result{Reference: r.Name(), ManifestDigest: digest.Digest(desc.Digest.String()),
 		BytesMoved: int64(len(desc.Manifest) + len(b))}, nil

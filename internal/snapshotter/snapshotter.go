@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
@@ -32,7 +33,7 @@ const (
 	// LabelSnapshot names the Slacker snapshot a layer stands for. `slacker push`
 	// annotates the one layer of a Slacker image with it; the prefix
 	// containerd.io/snapshot/ makes every containerd client pass it to Prepare.
-	LabelSnapshot = "containerd.io/snapshot/dev.slacker.snapshot"
+	LabelSnapshot = image.AnnotationSnapshot
 	// LabelCRIImageRef and LabelCRILayerDigest are set by CRI (with
 	// disable_snapshot_annotations = false) and nerdctl; they name the image in logs.
 	LabelCRIImageRef    = "containerd.io/snapshot/cri.image-ref"
