@@ -1,0 +1,938 @@
+package graphdriver
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/node"
+)
+
+// Sentinel errors of driver operations (each becomes the "Err" of a response).
+var (
+	ErrNotFound    = errors.New("no such layer")
+	ErrExists      = errors.New("layer already exists")
+	ErrBusy        = errors.New("layer in use")
+	ErrUnsupported = errors.New("not supported by the slacker graph driver")
+)
+
+// Options configure a Driver.
+type Options struct {
+	// Root is the driver's state directory (layer records); slackerd uses
+	// <state root>/graphdriver.
+	Root string
+	// Store is the location of the node's store, written into Slacker layers.
+	Store string
+	// SharedStore says that the nodes pulling what this node pushes use this node's
+	// store: Diff of a container then makes a Slacker layer. Otherwise Diff makes an
+	// ordinary tar that any Docker can apply.
+	SharedStore bool
+	// Size is the virtual size of the blank filesystem under base layers (0: the
+	// node's default).
+	Size   int64
+	Logger *slog.Logger
+}
+
+// Driver keeps Docker's layers as records naming snapshots of one node. It is safe
+// for concurrent use.
+type Driver struct {
+	n   *node.Node
+	o   Options
+	log *slog.Logger
+
+	mu     sync.Mutex
+	layers map[string]*layer
+
+	baseMu sync.Mutex
+}
+
+// layer is one Docker layer (an image layer, or a container's "-init" or read-write
+// layer).
+type layer struct {
+	mu   sync.Mutex // serializes the layer's operations; never held across two layers
+	rec  record
+	refs int // Get (and internal views) minus Put
+	gone bool
+}
+
+// record is a layer's persistent state (<Root>/layers/<id>.json).
+type record struct {
+	ID     string `json:"id"`
+	Parent string `json:"parent,omitempty"`
+	RW     bool   `json:"rw,omitempty"` // made by CreateReadWrite: Get mounts it read-write
+	// Snapshot is the layer's content, unless Dirty.
+	Snapshot digest.Digest `json:"snapshot"`
+	// Volume is the node volume holding the layer while it is used (made at the first
+	// Get, a clone of Snapshot).
+	Volume string `json:"volume,omitempty"`
+	// Dirty says Volume may differ from Snapshot (it was mounted read-write).
+	Dirty bool `json:"dirty,omitempty"`
+	// Slacker is the Slacker layer this layer was applied from, verbatim.
+	Slacker []byte    `json:"slacker,omitempty"`
+	Size    int64     `json:"size,omitempty"`
+	Created time.Time `json:"created"`
+}
+
+// Volume labels of the driver's volumes.
+const (
+	labelKind  = "slacker.kind"
+	kindDocker = "docker"
+	labelLayer = "docker.layer"
+)
+
+var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,119}$`)
+
+func volumeID(id string) string { return "docker-" + id }
+
+// Open opens the driver's state on n, reconciling it with the node: volumes left
+// mounted by a previous run are unmounted (Docker calls Get again), volumes no record
+// names are deleted, and records whose volume is gone fall back to their snapshot.
+func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
+	if o.Root == "" {
+		return nil, fmt.Errorf("graph driver: no state directory")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	d := &Driver{n: n, o: o, log: o.Logger, layers: map[string]*layer{}}
+	dir := filepath.Join(o.Root, "layers")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("graph driver: %w", err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("graph driver: %w", err)
+	}
+	vols := map[string]node.VolumeInfo{}
+	for _, v := range n.Volumes() {
+		if v.Labels[labelKind] == kindDocker {
+			vols[v.ID] = v
+		}
+	}
+	used := map[string]bool{}
+	for _, e := range ents {
+		name := e.Name()
+		if !strings.HasSuffix(name, ".json") {
+			os.Remove(filepath.Join(dir, name)) // a temporary file of an interrupted write
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		var rec record
+		if err == nil {
+			err = json.Unmarshal(b, &rec)
+		}
+		if err != nil || rec.ID+".json" != name {
+			d.log.Error("graphdriver-record-unreadable", "file", name, "err", err)
+			continue
+		}
+		l := &layer{rec: rec}
+		if rec.Volume != "" {
+			v, ok := vols[rec.Volume]
+			switch {
+			case !ok:
+				if rec.Dirty {
+					d.log.Error("graphdriver-volume-lost", "layer", rec.ID, "volume", rec.Volume, "snapshot", rec.Snapshot)
+				}
+				l.rec.Volume, l.rec.Dirty = "", false
+			case !rec.RW:
+				// An image layer's volume is only a view: drop it.
+				if err := n.DeleteVolume(ctx, v.ID); err != nil {
+					return nil, fmt.Errorf("graph driver: %w", err)
+				}
+				l.rec.Volume = ""
+			default:
+				used[v.ID] = true
+				if v.Mountpoint != "" {
+					if err := n.UnmountVolume(ctx, v.ID); err != nil {
+						return nil, fmt.Errorf("graph driver: %w", err)
+					}
+				}
+			}
+			if err := d.save(&l.rec); err != nil {
+				return nil, err
+			}
+		}
+		d.layers[rec.ID] = l
+	}
+	for id := range vols {
+		if !used[id] {
+			if err := n.DeleteVolume(ctx, id); err != nil {
+				return nil, fmt.Errorf("graph driver: %w", err)
+			}
+			d.log.Warn("graphdriver-orphan-volume-deleted", "volume", id)
+		}
+	}
+	d.log.Info("graphdriver-ready", "layers", len(d.layers), "shared_store", o.SharedStore)
+	return d, nil
+}
+
+func (d *Driver) recordPath(id string) string { return filepath.Join(d.o.Root, "layers", id+".json") }
+
+func (d *Driver) save(r *record) error {
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(d.recordPath(r.ID), b); err != nil {
+		return fmt.Errorf("save layer %s: %w", r.ID, err)
+	}
+	return nil
+}
+
+func writeAtomic(p string, b []byte) error {
+	tmp := p + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+func (d *Driver) lookup(id string) (*layer, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	l, ok := d.layers[id]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+	}
+	return l, nil
+}
+
+// Init checks what dockerd asks for: no storage options, no user-namespace remapping.
+func (d *Driver) Init(home string, opts []string, remapped bool) error {
+	if remapped {
+		return fmt.Errorf("user namespace remapping (userns-remap) is %w", ErrUnsupported)
+	}
+	if len(opts) > 0 {
+		return fmt.Errorf("storage options %q are %w (configure slackerd instead)", opts, ErrUnsupported)
+	}
+	if home != "" {
+		if err := os.MkdirAll(home, 0o700); err != nil {
+			return err
+		}
+	}
+	d.log.Info("graphdriver-init", "home", home)
+	return nil
+}
+
+// base returns the blank filesystem under every base layer, making it once.
+func (d *Driver) base(ctx context.Context) (digest.Digest, error) {
+	d.baseMu.Lock()
+	defer d.baseMu.Unlock()
+	p := filepath.Join(d.o.Root, "base.json")
+	var st struct {
+		Snapshot digest.Digest `json:"snapshot"`
+		Size     int64         `json:"size"`
+	}
+	if b, err := os.ReadFile(p); err == nil && json.Unmarshal(b, &st) == nil && st.Size == d.o.Size {
+		if _, err := d.n.Map(ctx, st.Snapshot); err == nil {
+			return st.Snapshot, nil
+		}
+	}
+	res, err := d.n.MakeFilesystem(ctx, d.o.Size)
+	if err != nil {
+		return "", fmt.Errorf("make the base filesystem: %w", err)
+	}
+	st.Snapshot, st.Size = res.ID, d.o.Size
+	b, _ := json.Marshal(st)
+	if err := writeAtomic(p, b); err != nil {
+		return "", err
+	}
+	d.log.Info("graphdriver-base-made", "snapshot", res.ID)
+	return res.ID, nil
+}
+
+// Create makes layer id on parent in O(1): the new layer is the parent's snapshot
+// (snapshotting the parent first only if it was written since its last snapshot).
+// rw marks a container layer (CreateReadWrite), which Get mounts read-write.
+func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storageOpt map[string]string) error {
+	if len(storageOpt) > 0 {
+		return fmt.Errorf("storage options %v are %w", storageOpt, ErrUnsupported)
+	}
+	if !idPattern.MatchString(id) {
+		return fmt.Errorf("layer ID %q: invalid", id)
+	}
+	if d.Exists(id) {
+		return fmt.Errorf("%w: %s", ErrExists, id)
+	}
+	var snap digest.Digest
+	var err error
+	if parent == "" {
+		snap, err = d.base(ctx)
+	} else {
+		var p *layer
+		if p, err = d.lookup(parent); err == nil {
+			snap, err = d.snapshotOf(ctx, p)
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("create layer %s: %w", id, err)
+	}
+	l := &layer{rec: record{ID: id, Parent: parent, RW: rw, Snapshot: snap, Created: time.Now().UTC()}}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.layers[id]; ok {
+		return fmt.Errorf("%w: %s", ErrExists, id)
+	}
+	if err := d.save(&l.rec); err != nil {
+		return err
+	}
+	d.layers[id] = l
+	d.log.Debug("layer-created", "layer", id, "parent", parent, "rw", rw, "snapshot", snap)
+	return nil
+}
+
+// snapshotOf returns l's snapshot, snapshotting its volume first if it was written
+// since the last one: every child created from an unchanged layer shares one snapshot.
+func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
+	}
+	if l.rec.Volume == "" || !l.rec.Dirty {
+		return l.rec.Snapshot, nil
+	}
+	start := time.Now()
+	res, err := d.n.SnapshotVolume(ctx, l.rec.Volume, node.SnapshotOptions{})
+	if err != nil {
+		return "", fmt.Errorf("snapshot layer %s: %w", l.rec.ID, err)
+	}
+	l.rec.Snapshot = res.ID
+	l.rec.Dirty = l.refs > 0 // still mounted read-write: it may change again
+	if !l.rec.Dirty {
+		// The snapshot holds everything the volume does (an init layer once its
+		// container is created): the next Get clones it again.
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
+			d.log.Warn("graphdriver-volume-delete-failed", "volume", l.rec.Volume, "err", err)
+		} else {
+			l.rec.Volume = ""
+		}
+	}
+	if err := d.save(&l.rec); err != nil {
+		return "", err
+	}
+	d.log.Info("layer-snapshotted", "layer", l.rec.ID, "snapshot", res.ID, "new_bytes", res.NewBytes, "took", time.Since(start))
+	return res.ID, nil
+}
+
+// Remove deletes layer id and its volume. Removing a layer that does not exist is
+// not an error.
+func (d *Driver) Remove(ctx context.Context, id string) error {
+	l, err := d.lookup(id)
+	if err != nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs > 0 {
+		d.log.Warn("layer-removed-while-mounted", "layer", id, "refs", l.refs)
+	}
+	if l.rec.Volume != "" {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+			return fmt.Errorf("remove layer %s: %w", id, err)
+		}
+	}
+	if err := os.Remove(d.recordPath(id)); err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("remove layer %s: %w", id, err)
+	}
+	l.gone, l.refs = true, 0
+	d.mu.Lock()
+	delete(d.layers, id)
+	d.mu.Unlock()
+	d.log.Debug("layer-removed", "layer", id)
+	return nil
+}
+
+// Get mounts layer id and returns its mountpoint. The first Get clones the layer's
+// snapshot (O(1)); data is fetched as it is read. Get and Put are counted: the
+// layer is unmounted at the last Put.
+func (d *Driver) Get(ctx context.Context, id string) (string, error) {
+	l, err := d.lookup(id)
+	if err != nil {
+		return "", err
+	}
+	return d.acquire(ctx, l, true)
+}
+
+// acquire mounts l (read-write for container layers, read-only for image layers)
+// and counts one user. A container layer mounted for Docker is marked dirty.
+func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone {
+		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
+	}
+	if l.rec.Volume == "" {
+		vid := volumeID(l.rec.ID)
+		_, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
+			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}})
+		if errors.Is(err, node.ErrExists) {
+			// Left by a crash between creating it and recording it: it holds nothing
+			// the record does not.
+			if err = d.n.DeleteVolume(ctx, vid); err == nil {
+				_, err = d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
+					Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}})
+			}
+		}
+		if err != nil {
+			return "", fmt.Errorf("clone layer %s: %w", l.rec.ID, err)
+		}
+		l.rec.Volume, l.rec.Dirty = vid, false
+		if err := d.save(&l.rec); err != nil {
+			d.n.DeleteVolume(context.WithoutCancel(ctx), vid)
+			l.rec.Volume = ""
+			return "", err
+		}
+	}
+	start := time.Now()
+	v, err := d.n.MountVolume(ctx, l.rec.Volume, !l.rec.RW)
+	if err != nil {
+		return "", fmt.Errorf("mount layer %s: %w", l.rec.ID, err)
+	}
+	l.refs++
+	if forDocker && l.rec.RW && !l.rec.Dirty {
+		l.rec.Dirty = true
+		if err := d.save(&l.rec); err != nil {
+			return "", err
+		}
+	}
+	d.log.Debug("layer-mounted", "layer", l.rec.ID, "mountpoint", v.Mountpoint, "refs", l.refs, "took", time.Since(start))
+	return v.Mountpoint, nil
+}
+
+// Put undoes one Get. A Put without a Get is logged and ignored, as Docker's own
+// drivers do.
+func (d *Driver) Put(ctx context.Context, id string) error {
+	l, err := d.lookup(id)
+	if err != nil {
+		return err
+	}
+	return d.release(ctx, l)
+}
+
+func (d *Driver) release(ctx context.Context, l *layer) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone {
+		return nil
+	}
+	if l.refs == 0 {
+		d.log.Warn("layer-put-unmounted", "layer", l.rec.ID)
+		return nil
+	}
+	l.refs--
+	if l.refs > 0 {
+		return nil
+	}
+	return d.unmountLocked(ctx, l)
+}
+
+// unmountLocked unmounts l; an image layer's volume (a read-only view) is deleted.
+func (d *Driver) unmountLocked(ctx context.Context, l *layer) error {
+	if l.rec.Volume == "" {
+		return nil
+	}
+	if !l.rec.RW {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
+			return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
+		}
+		l.rec.Volume = ""
+		return d.save(&l.rec)
+	}
+	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil {
+		return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
+	}
+	return nil
+}
+
+// Exists reports whether layer id exists.
+func (d *Driver) Exists(id string) bool {
+	_, err := d.lookup(id)
+	return err == nil
+}
+
+// Status is what `docker info` shows under the storage driver.
+func (d *Driver) Status() [][2]string {
+	d.mu.Lock()
+	ls := make([]*layer, 0, len(d.layers))
+	for _, l := range d.layers {
+		ls = append(ls, l)
+	}
+	d.mu.Unlock()
+	var lazy, mounted int
+	for _, l := range ls {
+		l.mu.Lock()
+		if l.rec.Slacker != nil {
+			lazy++
+		}
+		if l.refs > 0 {
+			mounted++
+		}
+		l.mu.Unlock()
+	}
+	mode := "off: commits make ordinary layer tars"
+	if d.o.SharedStore {
+		mode = "on: commits make Slacker layers (store shared)"
+	}
+	return [][2]string{
+		{"Backing Filesystem", "ext4 on Slacker volumes (block-level copy-on-write, data fetched as read)"},
+		{"Store", d.o.Store},
+		{"Slacker Layers", mode},
+		{"Layers", strconv.Itoa(len(ls))},
+		{"Layers From Slacker Layers", strconv.Itoa(lazy)},
+		{"Mounted", strconv.Itoa(mounted)},
+	}
+}
+
+// Metadata is what `docker inspect` shows as GraphDriver.Data.
+func (d *Driver) Metadata(ctx context.Context, id string) (map[string]string, error) {
+	l, err := d.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	m := map[string]string{"Snapshot": l.rec.Snapshot.String(), "SlackerLayer": strconv.FormatBool(l.rec.Slacker != nil)}
+	if l.rec.Volume != "" {
+		m["Volume"] = l.rec.Volume
+		if v, err := d.n.Volume(l.rec.Volume); err == nil && v.Mountpoint != "" {
+			m["Mountpoint"] = v.Mountpoint
+		}
+	}
+	return m, nil
+}
+
+// Cleanup unmounts every layer (dockerd calls it when it stops).
+func (d *Driver) Cleanup(ctx context.Context) error {
+	d.mu.Lock()
+	ls := make([]*layer, 0, len(d.layers))
+	for _, l := range d.layers {
+		ls = append(ls, l)
+	}
+	d.mu.Unlock()
+	var errs []error
+	for _, l := range ls {
+		l.mu.Lock()
+		if l.refs > 0 && !l.gone {
+			l.refs = 0
+			if err := d.unmountLocked(ctx, l); err != nil {
+				errs = append(errs, err)
+			}
+		}
+		l.mu.Unlock()
+	}
+	d.log.Info("graphdriver-cleanup", "layers", len(ls))
+	return errors.Join(errs...)
+}
+
+// ApplyDiff applies a layer tar to layer id (just created on parent) and returns its
+// size. A Slacker layer is only recorded: its snapshot is cloned when Get is called.
+// An ordinary layer is applied into a clone of the parent, which is snapshotted.
+func (d *Driver) ApplyDiff(ctx context.Context, id, parent string, r io.Reader) (int64, error) {
+	l, err := d.lookup(id)
+	if err != nil {
+		return 0, err
+	}
+	br := bufio.NewReaderSize(r, maxLayerPeek)
+	prefix, _ := br.Peek(maxLayerPeek)
+	if IsSlackerLayer(prefix) {
+		return d.applySlacker(ctx, l, br)
+	}
+	return d.applyTar(ctx, l, br)
+}
+
+func (d *Driver) applySlacker(ctx context.Context, l *layer, r io.Reader) (int64, error) {
+	b, err := io.ReadAll(io.LimitReader(r, maxLayerPeek+1))
+	if err != nil {
+		return 0, fmt.Errorf("read layer: %w", err)
+	}
+	m, err := DecodeLayer(b)
+	if err != nil {
+		return 0, err
+	}
+	if _, err := d.n.Map(ctx, m.Snapshot); err != nil {
+		if errors.Is(err, node.ErrNotFound) {
+			return 0, fmt.Errorf("this Slacker layer names snapshot %s, which is not in this node's store (%s); "+
+				"it was made on a node whose store is %s: run this slackerd on that store, "+
+				"or push the image from a slackerd with graphdriver.shared_store off, which pushes ordinary layers",
+				m.Snapshot, d.o.Store, m.Store)
+		}
+		return 0, fmt.Errorf("Slacker layer's snapshot %s: %w", m.Snapshot, err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs > 0 {
+		return 0, fmt.Errorf("apply to layer %s: %w", l.rec.ID, ErrBusy)
+	}
+	if l.rec.Volume != "" {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
+			return 0, err
+		}
+		l.rec.Volume = ""
+	}
+	l.rec.Snapshot, l.rec.Slacker, l.rec.Size, l.rec.Dirty = m.Snapshot, b, m.Size, false
+	if err := d.save(&l.rec); err != nil {
+		return 0, err
+	}
+	d.log.Info("slacker-layer-applied", "layer", l.rec.ID, "snapshot", m.Snapshot, "size", m.Size)
+	return m.Size, nil
+}
+
+func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.refs > 0 {
+		return 0, fmt.Errorf("apply to layer %s: %w", l.rec.ID, ErrBusy)
+	}
+	start := time.Now()
+	vid := l.rec.Volume
+	if vid == "" {
+		vid = volumeID(l.rec.ID)
+		if _, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
+			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}}); err != nil {
+			return 0, fmt.Errorf("clone the parent of layer %s: %w", l.rec.ID, err)
+		}
+	}
+	cleanup := func() {
+		d.n.DeleteVolume(context.WithoutCancel(ctx), vid)
+		l.rec.Volume, l.rec.Dirty = "", false
+		d.save(&l.rec)
+	}
+	v, err := d.n.MountVolume(ctx, vid, false)
+	if err != nil {
+		cleanup()
+		return 0, fmt.Errorf("mount layer %s: %w", l.rec.ID, err)
+	}
+	st, err := archive.Apply(ctx, v.Mountpoint, r, archive.Options{AllowDevices: true, Logger: d.log})
+	if err != nil {
+		cleanup()
+		return 0, fmt.Errorf("apply layer %s: %w", l.rec.ID, err)
+	}
+	io.Copy(io.Discard, r) // tar padding after the end marker
+	if err := d.n.UnmountVolume(ctx, vid); err != nil {
+		cleanup()
+		return 0, err
+	}
+	res, err := d.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
+	if err != nil {
+		cleanup()
+		return 0, fmt.Errorf("snapshot layer %s: %w", l.rec.ID, err)
+	}
+	if err := d.n.DeleteVolume(ctx, vid); err != nil {
+		d.log.Warn("graphdriver-volume-delete-failed", "volume", vid, "err", err)
+	}
+	l.rec.Volume, l.rec.Dirty, l.rec.Snapshot, l.rec.Slacker, l.rec.Size = "", false, res.ID, nil, st.Bytes
+	if err := d.save(&l.rec); err != nil {
+		return 0, err
+	}
+	d.log.Info("layer-applied", "layer", l.rec.ID, "files", st.Files, "bytes", st.Bytes, "snapshot", res.ID,
+		"new_bytes", res.NewBytes, "took", time.Since(start))
+	return st.Bytes, nil
+}
+
+// views mounts each layer (nil: no tree) and returns the mountpoints and a release.
+func (d *Driver) views(ctx context.Context, ls ...*layer) ([]string, func(), error) {
+	paths := make([]string, len(ls))
+	var got []*layer
+	release := func() {
+		for _, l := range got {
+			if err := d.release(context.WithoutCancel(ctx), l); err != nil {
+				d.log.Warn("graphdriver-release-failed", "layer", l.rec.ID, "err", err)
+			}
+		}
+	}
+	for i, l := range ls {
+		if l == nil {
+			continue
+		}
+		p, err := d.acquire(ctx, l, false)
+		if err != nil {
+			release()
+			return nil, nil, err
+		}
+		got = append(got, l)
+		paths[i] = p
+	}
+	return paths, release, nil
+}
+
+// pair looks up id and parent ("" for none).
+func (d *Driver) pair(id, parent string) (*layer, *layer, error) {
+	l, err := d.lookup(id)
+	if err != nil {
+		return nil, nil, err
+	}
+	var p *layer
+	if parent != "" {
+		if p, err = d.lookup(parent); err != nil {
+			return nil, nil, err
+		}
+	}
+	return l, p, nil
+}
+
+func (d *Driver) changes(ctx context.Context, l, p *layer) ([]change, error) {
+	paths, release, err := d.views(ctx, l, p)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	return treeChanges(ctx, paths[0], paths[1])
+}
+
+// Changes lists what layer id changed relative to parent.
+func (d *Driver) Changes(ctx context.Context, id, parent string) ([]Change, error) {
+	l, p, err := d.pair(id, parent)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := d.changes(ctx, l, p)
+	if err != nil {
+		return nil, err
+	}
+	return publicChanges(cs), nil
+}
+
+// DiffSize is the bytes of files layer id adds or changes relative to parent.
+func (d *Driver) DiffSize(ctx context.Context, id, parent string) (int64, error) {
+	l, p, err := d.pair(id, parent)
+	if err != nil {
+		return 0, err
+	}
+	cs, err := d.changes(ctx, l, p)
+	if err != nil {
+		return 0, err
+	}
+	return changesSize(cs), nil
+}
+
+// Diff returns layer id's changes relative to parent as a layer tar: the Slacker
+// layer it was applied from, verbatim; else, with a shared store, a new Slacker layer
+// (a snapshot: O(changed blocks)); else an ordinary tar of the changed files.
+func (d *Driver) Diff(ctx context.Context, id, parent string) (io.ReadCloser, error) {
+	l, p, err := d.pair(id, parent)
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	kept := l.rec.Slacker
+	if l.rec.Dirty || l.rec.Parent != parent {
+		kept = nil
+	}
+	l.mu.Unlock()
+	if kept != nil {
+		return io.NopCloser(bytes.NewReader(kept)), nil
+	}
+	if d.o.SharedStore {
+		b, err := d.makeSlackerLayer(ctx, l, p)
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(b)), nil
+	}
+	paths, release, err := d.views(ctx, l, p)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := treeChanges(ctx, paths[0], paths[1])
+	if err != nil {
+		release()
+		return nil, err
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		defer release()
+		pw.CloseWithError(writeChanges(ctx, pw, paths[0], cs))
+	}()
+	d.log.Info("layer-diff-tar", "layer", l.rec.ID, "parent", parent, "changes", len(cs))
+	return pr, nil
+}
+
+// isInit reports whether l is a container's init layer: Docker writes /.dockerenv,
+// /etc/hosts and the like into it, under the container's own layer.
+func isInit(l *layer) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.rec.RW && strings.HasSuffix(l.rec.ID, "-init") && l.rec.Parent != ""
+}
+
+// makeSlackerLayer snapshots l and returns the Slacker layer naming that snapshot.
+// Docker commits a container by Diff(container, its init layer) and applies the
+// result on the image's top layer, so what the init layer added (/.dockerenv, empty
+// /etc/hosts, ...) is taken back out of the snapshot, except where the container
+// changed it itself.
+func (d *Driver) makeSlackerLayer(ctx context.Context, l, p *layer) ([]byte, error) {
+	start := time.Now()
+	snap, err := d.snapshotOf(ctx, l)
+	if err != nil {
+		return nil, err
+	}
+	cs, err := d.changes(ctx, l, p)
+	if err != nil {
+		return nil, err
+	}
+	var under digest.Digest
+	if p != nil {
+		if under, err = d.snapshotOf(ctx, p); err != nil {
+			return nil, err
+		}
+	}
+	if p != nil && isInit(p) {
+		t, err := d.lookup(p.rec.Parent)
+		if err != nil {
+			return nil, err
+		}
+		if snap, err = d.revertInit(ctx, snap, cs, p, t); err != nil {
+			return nil, err
+		}
+		if under, err = d.snapshotOf(ctx, t); err != nil {
+			return nil, err
+		}
+	}
+	m := Marker{Version: MarkerVersion, Snapshot: snap, Parent: under, Store: d.o.Store, Size: changesSize(cs)}
+	b, err := EncodeLayer(m)
+	if err != nil {
+		return nil, err
+	}
+	d.log.Info("slacker-layer-made", "layer", l.rec.ID, "snapshot", snap, "size", m.Size, "took", time.Since(start))
+	return b, nil
+}
+
+// revertInit returns snap with the init layer p's changes (relative to the image
+// layer t) undone where the container (whose changes are cs) left them alone.
+func (d *Driver) revertInit(ctx context.Context, snap digest.Digest, cs []change, p, t *layer) (digest.Digest, error) {
+	initCh, err := d.changes(ctx, p, t)
+	if err != nil {
+		return "", err
+	}
+	touched := map[string]bool{}
+	for _, c := range cs {
+		touched[c.Path] = true
+	}
+	var undo []change
+	for _, c := range initCh {
+		if !underAny(c.Path, touched) {
+			undo = append(undo, c)
+		}
+	}
+	if len(undo) == 0 {
+		return snap, nil
+	}
+	paths, release, err := d.views(ctx, t)
+	if err != nil {
+		return "", err
+	}
+	defer release()
+	// The inverse: remove what init added, put back from t what it changed or removed.
+	var inv []change
+	for _, c := range undo {
+		switch c.Kind {
+		case ChangeAdd:
+			if !underAny(path.Dir(c.Path), addedSet(undo)) {
+				inv = append(inv, change{Change: Change{Path: c.Path, Kind: ChangeDelete}})
+			}
+		case ChangeModify:
+			inv = append(inv, change{Change: Change{Path: c.Path, Kind: ChangeModify}})
+		case ChangeDelete:
+			sub, err := subtree(ctx, paths[0], c.Path)
+			if err != nil {
+				return "", err
+			}
+			inv = append(inv, sub...)
+		}
+	}
+	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
+	vid := "docker-commit-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	v, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: snap,
+		Labels: map[string]string{labelKind: "docker-commit"}})
+	if err != nil {
+		return "", err
+	}
+	defer d.n.DeleteVolume(context.WithoutCancel(ctx), vid)
+	if v, err = d.n.MountVolume(ctx, vid, false); err != nil {
+		return "", err
+	}
+	pr, pw := io.Pipe()
+	go func() { pw.CloseWithError(writeChanges(ctx, pw, paths[0], inv)) }()
+	_, err = archive.Apply(ctx, v.Mountpoint, pr, archive.Options{AllowDevices: true, Logger: d.log})
+	pr.CloseWithError(errors.New("apply stopped"))
+	if err != nil {
+		return "", fmt.Errorf("undo the init layer: %w", err)
+	}
+	if err := d.n.UnmountVolume(ctx, vid); err != nil {
+		return "", err
+	}
+	res, err := d.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
+	if err != nil {
+		return "", err
+	}
+	d.log.Debug("init-layer-undone", "paths", len(inv), "snapshot", res.ID)
+	return res.ID, nil
+}
+
+func addedSet(cs []change) map[string]bool {
+	m := map[string]bool{}
+	for _, c := range cs {
+		if c.Kind == ChangeAdd {
+			m[c.Path] = true
+		}
+	}
+	return m
+}
+
+// subtree lists p (an absolute path inside the tree at root) and everything under
+// it, as additions read from that tree.
+func subtree(ctx context.Context, root, p string) ([]change, error) {
+	rootFd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(rootFd)
+	dir, base := path.Split(strings.TrimPrefix(p, "/"))
+	dfd := rootFd
+	if dir != "" {
+		if dfd, err = unix.Openat2(rootFd, dir, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS}); err != nil {
+			return nil, fmt.Errorf("open %s: %w", dir, err)
+		}
+		defer unix.Close(dfd)
+	}
+	df := &differ{ctx: ctx}
+	if err := df.added(dfd, base, p); err != nil {
+		return nil, err
+	}
+	for i := range df.out {
+		df.out[i].Kind = ChangeModify
+	}
+	return df.out, nil
+}
