@@ -23,6 +23,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/config"
 	"github.com/slacker-dev/slacker/internal/daemon"
 	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/graphdriver"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/snapshotter"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
@@ -38,7 +39,7 @@ func main() {
 func command() *cobra.Command {
 	var cfgPath string
 	flags := config.Defaults()
-	var directIO bool
+	var directIO, sharedStore bool
 	var debugAddr string
 	cmd := &cobra.Command{
 		Use:           "slackerd",
@@ -74,6 +75,10 @@ func command() *cobra.Command {
 			if f.Changed("direct-io") {
 				cfg.DirectIO = &directIO
 			}
+			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
+			if f.Changed("graphdriver-shared-store") {
+				cfg.GraphDriver.SharedStore = sharedStore
+			}
 			if debugAddr != "" {
 				go serveDebug(debugAddr)
 			}
@@ -93,6 +98,8 @@ func command() *cobra.Command {
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
+	f.StringVar(&flags.GraphDriver.Socket, "graphdriver-socket", "", "serve Docker's graph-driver plugin here (off by default; docs/docker.md), e.g. /run/docker/plugins/slacker.sock")
+	f.BoolVar(&sharedStore, "graphdriver-shared-store", false, "nodes that pull this node's pushes share its store: docker commit makes Slacker layers")
 	f.StringVar(&debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060)")
 	return cmd
 }
@@ -135,7 +142,7 @@ func run(cfg config.Daemon) error {
 		// Registry access reads credentials the way docker does, from $DOCKER_CONFIG.
 		os.Setenv("DOCKER_CONFIG", filepath.Dir(r.DockerConfig))
 	}
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	var snapSrv *snapshotter.Server
 	if r.SnapshotterSocket != "" {
 		sn, err := snapshotter.New(n, snapshotter.Options{Dir: filepath.Join(r.Root, "snapshotter"), Logger: log})
@@ -150,6 +157,15 @@ func run(cfg config.Daemon) error {
 		}
 		go func() { errc <- snapSrv.Serve(l) }()
 	}
+	var gdSrv *graphdriver.Server
+	if cfg.GraphDriver.Socket != "" {
+		gdSrv, err = graphdriver.Serve(ctx, n, graphdriver.Options{Root: filepath.Join(r.Root, "graphdriver"), Store: storeDesc,
+			SharedStore: cfg.GraphDriver.SharedStore, Logger: log}, cfg.GraphDriver.Socket, errc)
+		if err != nil {
+			n.Close(context.Background())
+			return err
+		}
+	}
 	srv := daemon.New(n, daemon.Options{StateRoot: r.Root, Store: storeDesc, ChunkSize: r.ChunkSize, Logger: log})
 	go func() { errc <- srv.Serve(r.Socket) }()
 	select {
@@ -162,6 +178,9 @@ func run(cfg config.Daemon) error {
 	defer cancel()
 	if snapSrv != nil {
 		snapSrv.Stop(sctx)
+	}
+	if gdSrv != nil {
+		gdSrv.Stop(sctx)
 	}
 	srv.Shutdown(sctx)
 	if cerr := n.Close(sctx); cerr != nil {
