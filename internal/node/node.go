@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
@@ -163,6 +164,11 @@ func (n *Node) reconcile() error {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	for _, m := range mounts {
+		if m.FSType == "ext4" && thawLeftFrozen(m.Target) {
+			// A daemon killed in the middle of a snapshot leaves its filesystem
+			// frozen; unmounted frozen, it would hold its loop device for good.
+			n.log.Warn("reconcile-thawed", "target", m.Target)
+		}
 		lazy, err := mount.Unmount(m.Target, 2*time.Second)
 		if err != nil {
 			return fmt.Errorf("reconcile: %w", err)
@@ -183,6 +189,20 @@ func (n *Node) reconcile() error {
 		}
 	}
 	return nil
+}
+
+// ioctlFITHAW is FITHAW from linux/fs.h: _IOWR('X', 120, int).
+const ioctlFITHAW = 0xC0045878
+
+// thawLeftFrozen thaws the filesystem mounted at target and reports whether it was
+// frozen.
+func thawLeftFrozen(target string) bool {
+	f, err := os.Open(target)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	return unix.IoctlSetInt(int(f.Fd()), ioctlFITHAW, 0) == nil
 }
 
 func (n *Node) loadVolumes(ctx context.Context) error {
@@ -539,7 +559,9 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 	if chunk == 0 {
 		chunk = n.cfg.ChunkSize
 	}
-	res, err := x.v.Snapshot(ctx, n.cfg.Store, volume.SnapshotOptions{
+	// Uploads go through the fetcher's bounds: a store that hangs fails the
+	// snapshot after fetch.MaxWait instead of holding the frozen filesystem.
+	res, err := x.v.Snapshot(ctx, n.fetcher.Bounded(), volume.SnapshotOptions{
 		ChunkSize: chunk,
 		Progress:  opts.Progress,
 		OnChunk: func(c blockmap.Chunk, data []byte) {

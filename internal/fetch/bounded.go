@@ -1,0 +1,98 @@
+package fetch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/store"
+)
+
+// Bounded returns the fetcher's store with the fetcher's bounds on every call that
+// writes or checks an object (Put, Stat): a deadline per attempt, retries of
+// transient failures with backoff, and a bound on the total wait, after which the
+// call fails with an error wrapping store.ErrUnavailable. A snapshot uploads
+// through it, so that a store that hangs cannot hold a frozen filesystem forever.
+// Put is retried only when its reader can seek back to the start. Other calls go
+// to the store as they are.
+func (f *Fetcher) Bounded() store.Store { return bounded{Store: f.st, f: f} }
+
+type bounded struct {
+	store.Store
+	f *Fetcher
+}
+
+// retryable reports errors worth another attempt.
+func retryable(err error) bool {
+	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) &&
+		!errors.Is(err, store.ErrCorrupt) && !errors.Is(err, context.Canceled)
+}
+
+// do runs call with an attempt deadline, retrying until MaxWait.
+func (b bounded) do(ctx context.Context, what string, d digest.Digest, call func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(ctx, b.f.opts.MaxWait)
+	defer cancel()
+	delay := b.f.opts.Backoff
+	start := time.Now()
+	for attempt := 1; ; attempt++ {
+		actx, acancel := context.WithTimeout(ctx, b.f.opts.Attempt)
+		err := call(actx)
+		acancel()
+		if err == nil {
+			if attempt > 1 {
+				b.f.log.Info("store-call-recovered", "op", what, "object", d, "attempts", attempt, "waited", time.Since(start))
+			}
+			return nil
+		}
+		if !retryable(err) {
+			return err
+		}
+		if ctx.Err() != nil {
+			b.f.log.Error("store-call-failed", "op", what, "object", d, "attempts", attempt, "waited", time.Since(start), "err", err)
+			if errors.Is(context.Cause(ctx), context.Canceled) {
+				return err
+			}
+			return fmt.Errorf("%s %s: gave up after %d attempts in %v: %w (last error: %v)",
+				what, d, attempt, time.Since(start).Round(time.Millisecond), store.ErrUnavailable, err)
+		}
+		b.f.log.Warn("store-call-retry", "op", what, "object", d, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay = min(2*delay, b.f.opts.MaxBackoff)
+	}
+}
+
+func (b bounded) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
+	var info store.Info
+	err := b.do(ctx, "stat", d, func(ctx context.Context) error {
+		var err error
+		info, err = b.Store.Stat(ctx, d)
+		return err
+	})
+	return info, err
+}
+
+func (b bounded) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
+	seeker, ok := r.(io.Seeker)
+	if !ok { // one pass only: one attempt, bounded
+		ctx, cancel := context.WithTimeout(ctx, b.f.opts.MaxWait)
+		defer cancel()
+		return b.Store.Put(ctx, d, size, r)
+	}
+	first := true
+	return b.do(ctx, "put", d, func(ctx context.Context) error {
+		if !first {
+			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
+				return fmt.Errorf("put %s: rewind: %w: %v", d, store.ErrInvalid, err)
+			}
+		}
+		first = false
+		return b.Store.Put(ctx, d, size, r)
+	})
+}
