@@ -137,6 +137,7 @@ func run(cfg config.Daemon) error {
 	if err != nil {
 		return err
 	}
+	daemon.ReconcileContainers(ctx, n, r.Root, log)
 	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
 	if r.DockerConfig != "" {
 		// Registry access reads credentials the way docker does, from $DOCKER_CONFIG.

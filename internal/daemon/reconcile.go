@@ -1,0 +1,42 @@
+package daemon
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/runc"
+)
+
+// ReconcileContainers stops the containers a previous slackerd left running. Their
+// root filesystems were served through the FUSE connection that died with that
+// daemon (or were unmounted when it stopped), so every read or write they make
+// fails: a container cannot survive its daemon. Each volume labelled as a
+// container's (the container's ID is the volume's) whose runc container is still
+// alive is killed and its runc state removed, with a log line; the container's
+// record then reads as exited, and its volume, remounted by the node with every
+// fsynced write, can be committed or removed. Run it once, after node.Open.
+func ReconcileContainers(ctx context.Context, n *node.Node, stateRoot string, log *slog.Logger) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	rt := &runc.Runtime{Root: filepath.Join(stateRoot, "runc")}
+	for _, v := range n.Volumes() {
+		if v.Labels["slacker.kind"] != "container" {
+			continue
+		}
+		status, pid := rt.State(ctx, v.ID)
+		switch status {
+		case "running", "paused", "created":
+		default:
+			continue // exited, or unknown to runc: nothing holds the old mount
+		}
+		if err := rt.Delete(ctx, v.ID, true); err != nil {
+			log.Error("reconcile-container-failed", "container", v.Labels["slacker.container"], "id", v.ID, "err", err)
+			continue
+		}
+		log.Warn("reconcile-killed-container", "container", v.Labels["slacker.container"], "id", v.ID, "pid", pid,
+			"status", status, "reason", "its root filesystem was served by the previous slackerd")
+	}
+}
