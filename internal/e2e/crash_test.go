@@ -1,0 +1,315 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// background is a `slacker run` left running, its stdout read line by line.
+type background struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	done  chan struct{}
+	code  int
+}
+
+func runBackground(t *testing.T, p *testenv.Process, args ...string) *background {
+	t.Helper()
+	bin, _ := testenv.Binaries(t)
+	b := &background{cmd: exec.Command(bin, args...), done: make(chan struct{})}
+	b.cmd.Env = append(os.Environ(), "SLACKER_SOCKET="+p.Socket)
+	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := b.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr bytes.Buffer
+	b.cmd.Stderr = &stderr
+	if err := b.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			b.mu.Lock()
+			b.lines = append(b.lines, sc.Text())
+			b.mu.Unlock()
+		}
+		b.cmd.Wait()
+		b.code = b.cmd.ProcessState.ExitCode()
+		close(b.done)
+	}()
+	t.Cleanup(func() {
+		select {
+		case <-b.done:
+		default:
+			syscall.Kill(-b.cmd.Process.Pid, syscall.SIGKILL)
+			<-b.done
+		}
+	})
+	return b
+}
+
+func (b *background) output() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]string(nil), b.lines...)
+}
+
+func (b *background) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-b.done:
+		return b.code
+	case <-time.After(timeout):
+		t.Fatalf("slacker %v still running after %v", b.cmd.Args[1:], timeout)
+		return -1
+	}
+}
+
+// seqContent is what `seq i i+2000` prints.
+func seqContent(i int) []byte {
+	var b bytes.Buffer
+	for k := i; k <= i+2000; k++ {
+		b.WriteString(strconv.Itoa(k))
+		b.WriteByte('\n')
+	}
+	return b.Bytes()
+}
+
+// TestKill9WithRunningContainers kills slackerd with SIGKILL while two containers
+// run, one of them writing and fsyncing files in its root filesystem, and restarts
+// it. The containers, whose root filesystems died with the daemon, are stopped and
+// recorded as exited; their volumes are remounted with every fsynced file; the
+// filesystem is clean; the writer's volume can be committed and run; removing the
+// containers leaves no mount, loop device or runc state behind.
+func TestKill9WithRunningContainers(t *testing.T) {
+	testutil.RequireTool(t, "runc", "umoci")
+	layout := testenv.DebianOCI(t)
+	ctx := context.Background()
+	work := t.TempDir()
+	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"))
+	cli(t, p, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
+
+	writer := runBackground(t, p, "run", "--name", "writer", "debian:bookworm", "--", "sh", "-c",
+		`i=0; while :; do seq $i $((i+2000)) > /data-$i && sync /data-$i && echo $i; i=$((i+1)); done`)
+	sleeper := runBackground(t, p, "run", "--name", "sleeper", "debian:bookworm", "--", "sleep", "100000")
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(writer.output()) < 30 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the writer container reported %d files in 2 minutes\n%s", len(writer.output()), p.Log())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	var ps []struct {
+		ID     string `json:"id"`
+		Name   string `json:"name"`
+		Status string `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, p, 0, "ps", "--json")), &ps); err != nil || len(ps) != 2 {
+		t.Fatalf("ps before the crash: %v %+v", err, ps)
+	}
+	p.Kill9()
+	durable := writer.output() // every line was printed after its file's fsync
+	t.Logf("killed slackerd after %d fsynced files", len(durable))
+
+	p.Restart()
+	log := p.Log()
+	for _, want := range []string{"reconcile-unmounted", "volume-remounted", "reconcile-killed-container"} {
+		if !strings.Contains(log, want) {
+			t.Errorf("restarted slackerd did not log %s", want)
+		}
+	}
+	// The sleeper touches nothing and lives on until reconciliation kills it; the
+	// writer may have died on its own already (SIGBUS paging in from a dead root).
+	if !strings.Contains(log, `"msg":"reconcile-killed-container","container":"sleeper"`) {
+		t.Errorf("reconciliation did not kill the sleeping container\n%s", log)
+	}
+	t.Logf("writer exit %d, sleeper exit %d", writer.wait(t, time.Minute), sleeper.wait(t, time.Minute))
+
+	if err := json.Unmarshal([]byte(cli(t, p, 0, "ps", "-a", "--json")), &ps); err != nil || len(ps) != 2 {
+		t.Fatalf("ps after the restart: %v %+v", err, ps)
+	}
+	ids := map[string]string{}
+	for _, c := range ps {
+		if c.Status != "exited" {
+			t.Errorf("container %s is %q after the restart, want exited", c.Name, c.Status)
+		}
+		ids[c.Name] = c.ID
+	}
+	if out := cli(t, p, 0, "ps", "-q"); out != "" {
+		t.Errorf("running after the restart: %q", out)
+	}
+
+	// Every fsynced file is in the writer's remounted volume.
+	c := api.NewClient(p.Socket)
+	vol, err := c.Volume(ctx, ids["writer"])
+	if err != nil || !vol.Mounted {
+		t.Fatalf("writer's volume after the restart: %+v %v", vol, err)
+	}
+	for _, line := range durable {
+		i, err := strconv.Atoi(line)
+		if err != nil {
+			t.Fatalf("writer printed %q", line)
+		}
+		got, err := os.ReadFile(filepath.Join(vol.Mountpoint, fmt.Sprintf("data-%d", i)))
+		if err != nil || !bytes.Equal(got, seqContent(i)) {
+			t.Fatalf("fsynced file data-%d after the crash: %v", i, err)
+		}
+	}
+	last := durable[len(durable)-1]
+	cli(t, p, 0, "commit", "writer", "debian:after-crash")
+	if out := cli(t, p, 0, "run", "--rm", "debian:after-crash", "--", "cat", "/data-"+last); out != string(seqContent(atoi(t, last))) {
+		t.Fatalf("committed image's last fsynced file: %d bytes", len(out))
+	}
+	if err := c.UnmountVolume(ctx, ids["writer"]); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mount.Fsck(ctx, vol.File); err != nil {
+		t.Fatalf("writer's filesystem after kill -9: %v\n%s", err, out)
+	}
+	cli(t, p, 0, "rm", "writer", "sleeper")
+	if out := cli(t, p, 0, "ps", "-a", "-q"); out != "" {
+		t.Fatalf("containers left: %q", out)
+	}
+	if ents, _ := os.ReadDir(filepath.Join(p.Root, "runc")); len(ents) != 0 {
+		t.Errorf("runc state left: %v", ents)
+	}
+	vols, err := c.Volumes(ctx)
+	if err != nil || len(vols) != 0 {
+		t.Errorf("volumes left: %+v %v", vols, err)
+	}
+}
+
+func atoi(t *testing.T, s string) int {
+	t.Helper()
+	i, err := strconv.Atoi(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return i
+}
+
+// TestKill9DuringSnapshot kills slackerd while it snapshots a mounted volume, that
+// is while the volume's filesystem is frozen. The restarted daemon thaws and
+// remounts it: the volume takes writes again, holds every fsynced file, is clean,
+// and the loop device of the dead mount is freed rather than held by a frozen
+// filesystem.
+func TestKill9DuringSnapshot(t *testing.T) {
+	ctx := context.Background()
+	work := t.TempDir()
+	storeDir := filepath.Join(work, "store")
+	p := testenv.StartProcess(t, filepath.Join(work, "node"), storeDir)
+	c := api.NewClient(p.Socket)
+	blank, err := c.Mkfs(ctx, api.MkfsRequest{Size: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fmt.Sprintf("frozen-%d", time.Now().UnixNano())
+	vol, err := c.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: blank.ID, Mount: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	for i := range 8 {
+		name := fmt.Sprintf("big%d", i)
+		files[name] = randomBytes(t, 32<<20)
+		writeSynced(t, filepath.Join(vol.Mountpoint, name), files[name])
+	}
+	before := countObjects(t, storeDir)
+	go c.SnapshotVolume(ctx, id, api.SnapshotRequest{}) // fails when the daemon dies
+	deadline := time.Now().Add(time.Minute)
+	for countObjects(t, storeDir) < before+4 {
+		if time.Now().After(deadline) {
+			t.Fatal("the snapshot uploaded nothing in a minute")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	p.Kill9()
+	p.Restart()
+	if !strings.Contains(p.Log(), "reconcile-thawed") {
+		t.Errorf("restarted slackerd did not thaw the frozen filesystem")
+	}
+	vol, err = c.Volume(ctx, id)
+	if err != nil || !vol.Mounted {
+		t.Fatalf("volume after the restart: %+v %v", vol, err)
+	}
+	written := make(chan struct{})
+	go func() {
+		defer close(written)
+		files["after"] = []byte("written after the restart")
+		writeSynced(t, filepath.Join(vol.Mountpoint, "after"), files["after"])
+	}()
+	select {
+	case <-written:
+	case <-time.After(time.Minute):
+		t.Fatal("a write to the remounted volume blocked for a minute: still frozen")
+	}
+	for name, want := range files {
+		got, err := os.ReadFile(filepath.Join(vol.Mountpoint, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("fsynced file %s: %v", name, err)
+		}
+	}
+	if err := c.UnmountVolume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := mount.Fsck(ctx, vol.File); err != nil {
+		t.Fatalf("filesystem after kill -9 during a snapshot: %v\n%s", err, out)
+	}
+	if err := c.DeleteVolume(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	// The dead mount's loop device (its backing file now shows as "/ID") is gone.
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		loops, err := mount.ListLoops()
+		if err != nil {
+			t.Fatal(err)
+		}
+		held := ""
+		for _, l := range loops {
+			if strings.HasSuffix(l.BackingFile, "/"+id) {
+				held = l.Path
+			}
+		}
+		if held == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("loop device %s of the crashed mount is still attached", held)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func countObjects(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	filepath.WalkDir(filepath.Join(dir, "sha256"), func(path string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			n++
+		}
+		return nil
+	})
+	return n
+}
