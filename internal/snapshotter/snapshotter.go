@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -328,7 +329,7 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	if err != nil && !errdefs.IsAlreadyExists(err) {
 		return err
 	}
-	s.log.Info("remote-snapshot-prepared", "key", key, "chain", target, "snapshot", snap,
+	s.log.Info("remote-snapshot-prepared", "key", key, "chain", target, "snapshot", snap, "via", "label",
 		"image", imageOf(opts), "size", m.Size, "took", time.Since(start))
 	return fmt.Errorf("target snapshot %q: %w", target, errdefs.ErrAlreadyExists)
 }
@@ -365,10 +366,16 @@ func (s *Snapshotter) logNotLazy(key, chain string, labels map[string]string) {
 // Commit snapshots the active snapshot key's volume (a Slacker snapshot), records it
 // under name and deletes the volume.
 func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snapshots.Opt) error {
-	var snap storage.Snapshot
+	var (
+		snap storage.Snapshot
+		info snapshots.Info
+	)
 	err := s.ms.WithTransaction(ctx, false, func(ctx context.Context) error {
 		var err error
-		snap, err = storage.GetSnapshot(ctx, key)
+		if snap, err = storage.GetSnapshot(ctx, key); err != nil {
+			return err
+		}
+		_, info, _, err = storage.GetInfo(ctx, key)
 		return err
 	})
 	if err != nil {
@@ -380,24 +387,100 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	vid := s.volumeID(snap.ID)
-	res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
-	if err != nil {
-		return fmt.Errorf("commit %s: %w", key, mapErr(err))
+	// A first layer that is a Slacker layer (unpacked because the client passed no
+	// labels, as ctr 1.6 does) stands for its snapshot, not for its files.
+	var rec record
+	var usage snapshots.Usage
+	if len(snap.ParentIDs) == 0 {
+		d, err := s.slackerLayer(vid)
+		if err != nil {
+			return fmt.Errorf("commit %s: %w", key, err)
+		}
+		if d != nil {
+			if _, err := s.n.Map(ctx, d.Snapshot); err != nil {
+				return fmt.Errorf("commit %s: the Slacker layer names snapshot %s, which this node cannot read: %w "+
+					"(point slackerd at the store the image was pushed to)", key, d.Snapshot, mapErr(err))
+			}
+			rec = record{Snapshot: d.Snapshot, Lazy: true}
+			s.log.Info("remote-snapshot-prepared", "key", key, "chain", name, "snapshot", d.Snapshot, "via", "layer")
+		}
+	}
+	if rec.Snapshot == "" {
+		res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
+		if err != nil {
+			return fmt.Errorf("commit %s: %w", key, mapErr(err))
+		}
+		rec, usage.Size = record{Snapshot: res.ID}, res.DeltaBytes
+		s.log.Info("snapshot-committed", "name", name, "key", key, "snapshot", res.ID, "delta_bytes", res.DeltaBytes,
+			"new_bytes", res.NewBytes)
+		// An unpack without labels (ctr 1.6 passes none) is known for what it was
+		// only now; with labels, Prepare said it already.
+		if info.Labels[LabelSnapshotRef] == "" && isUnpackKey(key) {
+			s.logNotLazy(key, name, info.Labels)
+		}
 	}
 	err = s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
-		if err := s.writeRecord(snap.ID, record{Snapshot: res.ID}); err != nil {
+		if err := s.writeRecord(snap.ID, rec); err != nil {
 			return err
 		}
-		_, err := storage.CommitActive(ctx, key, name, snapshots.Usage{Size: res.DeltaBytes}, opts...)
+		_, err := storage.CommitActive(ctx, key, name, usage, opts...)
 		return err
 	})
 	if err != nil {
 		return err
 	}
-	s.log.Info("snapshot-committed", "name", name, "key", key, "snapshot", res.ID, "delta_bytes", res.DeltaBytes,
-		"new_bytes", res.NewBytes)
 	s.deleteVolume(context.WithoutCancel(ctx), vid)
 	return nil
+}
+
+// isUnpackKey tells containerd's unpack keys ("extract-<unique> <chain ID>", after
+// the metadata layer's "<namespace>/<n>/" prefix) from a container's.
+func isUnpackKey(key string) bool {
+	if i := strings.LastIndex(key, "/extract-"); i >= 0 {
+		key = key[i+1:]
+	}
+	return strings.HasPrefix(key, "extract-") && strings.Contains(key, " sha256:")
+}
+
+// slackerLayer returns the descriptor if the volume holds exactly a Slacker layer
+// (only .slacker/ at its root, with the descriptor), nil otherwise. The files are
+// untrusted: they are read inside the mount with os.Root, never following a link
+// out of it.
+func (s *Snapshotter) slackerLayer(vid string) (*image.Descriptor, error) {
+	v, err := s.n.Volume(vid)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	if v.Mountpoint == "" {
+		return nil, nil
+	}
+	ents, err := os.ReadDir(v.Mountpoint)
+	if err != nil || len(ents) != 1 || ents[0].Name() != ".slacker" || !ents[0].IsDir() {
+		return nil, nil
+	}
+	root, err := os.OpenRoot(v.Mountpoint)
+	if err != nil {
+		return nil, nil
+	}
+	defer root.Close()
+	fi, err := root.Lstat(image.LayerDescriptorPath)
+	if err != nil || !fi.Mode().IsRegular() || fi.Size() > image.MaxSize {
+		return nil, nil
+	}
+	f, err := root.Open(image.LayerDescriptorPath)
+	if err != nil {
+		return nil, nil
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, image.MaxSize+1))
+	if err != nil {
+		return nil, fmt.Errorf("read the Slacker layer: %w", err)
+	}
+	d, err := image.Decode(b)
+	if err != nil {
+		return nil, fmt.Errorf("the layer holds a malformed Slacker descriptor: %w", errdefs.ErrInvalidArgument)
+	}
+	return d, nil
 }
 
 // Remove removes a snapshot and, for an active or view one, its volume.

@@ -1,0 +1,237 @@
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// whiteoutLayer deletes /etc/debian_version (an OCI whiteout), makes /var/log
+// opaque (removing everything under it), and adds /etc/added.
+func whiteoutLayer(t *testing.T) v1.Layer {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, h := range []*tar.Header{
+		{Name: "etc/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "etc/.wh.debian_version", Typeflag: tar.TypeReg, Mode: 0o644},
+		{Name: "etc/added", Typeflag: tar.TypeReg, Mode: 0o644, Size: 6},
+		{Name: "var/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "var/log/", Typeflag: tar.TypeDir, Mode: 0o755},
+		{Name: "var/log/.wh..wh..opq", Typeflag: tar.TypeReg, Mode: 0o644},
+	} {
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Size > 0 {
+			tw.Write([]byte("added\n"))
+		}
+	}
+	tw.Close()
+	b := buf.Bytes()
+	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(b)), nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return l
+}
+
+// pushOrdinary pushes the Debian layout plus the whiteout layer to ref as an
+// ordinary two-layer OCI image.
+func pushOrdinary(t *testing.T, layoutDir, ref string) {
+	p, err := layout.FromPath(layoutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil || len(m.Manifests) == 0 {
+		t.Fatalf("layout index: %v", err)
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	img, err = mutate.AppendLayers(img, whiteoutLayer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func ctr(t *testing.T, c *services.Containerd, args ...string) string {
+	t.Helper()
+	out, err := c.Ctr(context.Background(), args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestContainerdSnapshotter drives a real containerd 1.6 with slackerd's
+// snapshotter as a proxy plugin: a Slacker image is pulled without downloading or
+// unpacking anything (remote snapshot) and run lazily with runc; an ordinary
+// two-layer image with whiteouts is pulled through the same snapshotter (unpacked
+// into clones, logged as not lazy) and runs with the right files; a stock
+// containerd (overlayfs) pulls the Slacker image but cannot run it, and finds the
+// README that says why.
+func TestContainerdSnapshotter(t *testing.T) {
+	testutil.RequireTool(t, "runc", "docker-registry", "umoci", "containerd", "ctr")
+	layoutDir := testenv.DebianOCI(t)
+	ctx := context.Background()
+	work := t.TempDir()
+	store := filepath.Join(work, "store")
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	slackerRef := reg.Addr + "/slacker/debian:bookworm"
+	plainRef := reg.Addr + "/oci/debian:whiteouts"
+
+	// Publish: convert and push on node A; push the ordinary image too.
+	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
+	cli(t, a, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "debian:bookworm")
+	cli(t, a, 0, "push", "debian:bookworm", slackerRef)
+	var images []struct {
+		Descriptor struct {
+			DataSize int64 `json:"dataSize"`
+		} `json:"descriptor"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
+		t.Fatalf("images: %v", err)
+	}
+	a.Stop()
+	pushOrdinary(t, layoutDir, plainRef)
+
+	// Node B: empty state, same store, serving the snapshotter to containerd.
+	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store)
+	cdir, err := os.MkdirTemp("", "ctrd-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(cdir) })
+	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir,
+		ProxySnapshotters: map[string]string{"slacker": filepath.Join(b.Root, "snapshotter.sock")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	if out := ctr(t, c, "plugins", "ls"); !strings.Contains(out, "slacker") {
+		t.Fatalf("containerd does not list the slacker snapshotter:\n%s", out)
+	}
+
+	// The Slacker image: ctr 1.6 passes no labels, so containerd fetches the
+	// few-KB Slacker layer and unpacks it; the snapshotter recognises it at commit
+	// and the snapshot stands for the image's filesystem.
+	ctr(t, c, "images", "pull", "--plain-http", "--snapshotter", "slacker", slackerRef)
+	if !strings.Contains(b.Log(), `"msg":"remote-snapshot-prepared"`) || !strings.Contains(b.Log(), `"via":"layer"`) {
+		t.Fatalf("no remote-snapshot-prepared via the layer in slackerd's log:\n%s", b.Log())
+	}
+	if out := ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "lazy1", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
+		t.Fatalf("debian_version through containerd: %q", out)
+	}
+	st, err := api.NewClient(b.Socket).Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := images[0].Descriptor.DataSize
+	t.Logf("pull + run through containerd fetched %d of %d bytes (%.1f%%)", st.Fetch.FetchedBytes, data,
+		100*float64(st.Fetch.FetchedBytes)/float64(data))
+	if st.Fetch.FetchedBytes == 0 || st.Fetch.FetchedBytes > data/4 {
+		t.Fatalf("fetched %d of the image's %d bytes: not lazy", st.Fetch.FetchedBytes, data)
+	}
+	// A container's writes stay in its own volume.
+	ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w1", "sh", "-c", "echo mine > /etc/motd")
+	if out := ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w2", "cat", "/etc/motd"); strings.Contains(out, "mine") {
+		t.Fatal("a container saw another container's write")
+	}
+
+	// The ordinary image: unpacked into clones with OCI whiteouts, logged as not lazy.
+	ctr(t, c, "images", "pull", "--plain-http", "--snapshotter", "slacker", plainRef)
+	if !strings.Contains(b.Log(), `"msg":"snapshot-not-lazy"`) {
+		t.Fatal("no snapshot-not-lazy in slackerd's log after pulling an ordinary image")
+	}
+	out := ctr(t, c, "run", "--rm", "--snapshotter", "slacker", plainRef, "plain1", "sh", "-c",
+		"cat /etc/added; test -e /etc/debian_version && echo whiteout-ignored; ls -A /var/log | wc -l; test -d /lost+found && echo lost+found; true")
+	if out != "added\n0\n" {
+		t.Fatalf("ordinary image through the snapshotter: %q, want added, no /etc/debian_version, empty /var/log, no lost+found", out)
+	}
+
+	// nerdctl, when it is installed (scripts/setup.sh builds it).
+	if _, err := exec.LookPath("nerdctl"); err == nil || os.Getenv("SLACKER_CI") != "" {
+		out, err := exec.Command("nerdctl", "--address", c.Socket, "--namespace", "nerd", "--data-root", filepath.Join(cdir, "nerdctl"),
+			"--snapshotter", "slacker", "--insecure-registry", "run", "--rm", "--net", "none", slackerRef, "cat", "/etc/debian_version").CombinedOutput()
+		lines := strings.Split(strings.TrimSpace(string(out)), "\n") // pull progress, then the output
+		if err != nil || !strings.HasPrefix(lines[len(lines)-1], "12.") {
+			t.Fatalf("nerdctl run: %v\n%s", err, out)
+		}
+		// nerdctl passes the layer's annotations: containerd skips the layer.
+		if !strings.Contains(b.Log(), `"via":"label"`) {
+			t.Fatalf("nerdctl's pull was not a remote snapshot by label:\n%s", b.Log())
+		}
+	}
+
+	// A stock containerd (overlayfs) pulls the Slacker image as any other, and the
+	// container holds only .slacker/: the image's command cannot start.
+	ctr(t, c, "-n", "stock", "images", "pull", "--plain-http", slackerRef)
+	out, err = c.Ctr(ctx, "-n", "stock", "run", "--rm", slackerRef, "stock1", "cat", "/etc/debian_version")
+	if err == nil {
+		t.Fatalf("a stock containerd ran the Slacker image: %q", out)
+	}
+	t.Logf("stock containerd: %v", err)
+	ctr(t, c, "-n", "stock", "snapshots", "view", "readme", mustChainOfTop(t, c, slackerRef))
+	mnt := filepath.Join(cdir, "readme")
+	os.MkdirAll(mnt, 0o755)
+	mout := strings.TrimSpace(ctr(t, c, "-n", "stock", "snapshots", "mounts", mnt, "readme"))
+	if o, err := exec.Command("sh", "-c", mout).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v %s", mout, err, o)
+	}
+	readme, err := os.ReadFile(filepath.Join(mnt, ".slacker", "README"))
+	exec.Command("umount", mnt).Run()
+	if err != nil || !strings.Contains(string(readme), "--snapshotter slacker") {
+		t.Fatalf("README in the stock unpack: %v %q", err, readme)
+	}
+}
+
+// mustChainOfTop returns the chain ID (the snapshot name) of ref's top layer as
+// containerd records it.
+func mustChainOfTop(t *testing.T, c *services.Containerd, ref string) string {
+	t.Helper()
+	out := ctr(t, c, "-n", "stock", "snapshots", "ls")
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 2 && f[len(f)-1] == "Committed" && strings.HasPrefix(f[0], "sha256:") {
+			return f[0]
+		}
+	}
+	t.Fatalf("no committed snapshot in:\n%s", out)
+	return ""
+}
