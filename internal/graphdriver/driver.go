@@ -1,6 +1,7 @@
 package graphdriver
 
 import (
+	"archive/tar"
 	"bufio"
 	"bytes"
 	"context"
@@ -23,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
 )
 
@@ -85,8 +87,11 @@ type record struct {
 	Volume string `json:"volume,omitempty"`
 	// Dirty says Volume may differ from Snapshot (it was mounted read-write).
 	Dirty bool `json:"dirty,omitempty"`
-	// Slacker is the Slacker layer this layer was applied from, verbatim.
+	// Slacker is the Slacker layer this layer was applied from, verbatim, and
+	// Kind its format: kindMarker (this package's, made by commits) or kindImage
+	// (package image's, pushed by `slacker push`).
 	Slacker []byte    `json:"slacker,omitempty"`
+	Kind    string    `json:"kind,omitempty"`
 	Size    int64     `json:"size,omitempty"`
 	Created time.Time `json:"created"`
 }
@@ -96,6 +101,12 @@ const (
 	labelKind  = "slacker.kind"
 	kindDocker = "docker"
 	labelLayer = "docker.layer"
+)
+
+// Formats of Slacker layers.
+const (
+	kindMarker = "marker"
+	kindImage  = "image"
 )
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,119}$`)
@@ -415,9 +426,20 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 		}
 	}
 	start := time.Now()
-	v, err := d.n.MountVolume(ctx, l.rec.Volume, !l.rec.RW)
+	// An image layer from package image's Slacker layer shows the layer's own
+	// files too (.slacker/image.json, ...): dockerd reassembles the layer from them
+	// (tar-split) when it pushes or saves it. The view is the layer's alone: its
+	// children clone the snapshot.
+	withFiles := !l.rec.RW && l.rec.Kind == kindImage && l.refs == 0
+	v, err := d.n.MountVolume(ctx, l.rec.Volume, !l.rec.RW && !withFiles)
 	if err != nil {
 		return "", fmt.Errorf("mount layer %s: %w", l.rec.ID, err)
+	}
+	if withFiles {
+		if _, err := archive.Apply(ctx, v.Mountpoint, bytes.NewReader(l.rec.Slacker), archive.Options{Logger: d.log}); err != nil {
+			d.n.UnmountVolume(context.WithoutCancel(ctx), l.rec.Volume)
+			return "", fmt.Errorf("mount layer %s: %w", l.rec.ID, err)
+		}
 	}
 	l.refs++
 	if forDocker && l.rec.RW && !l.rec.Dirty {
@@ -565,21 +587,49 @@ func (d *Driver) ApplyDiff(ctx context.Context, id, parent string, r io.Reader) 
 	}
 	br := bufio.NewReaderSize(r, maxLayerPeek)
 	prefix, _ := br.Peek(maxLayerPeek)
-	if IsSlackerLayer(prefix) {
-		return d.applySlacker(ctx, l, br)
+	switch {
+	case IsSlackerLayer(prefix):
+		b, err := io.ReadAll(io.LimitReader(br, maxLayerPeek+1))
+		if err != nil {
+			return 0, fmt.Errorf("read layer: %w", err)
+		}
+		m, err := DecodeLayer(b)
+		if err != nil {
+			return 0, err
+		}
+		return d.applySlacker(ctx, l, m, b, kindMarker)
+	case isImageLayer(prefix):
+		// Probably the one layer of an image pushed by `slacker push`: read it whole
+		// (it is bounded) and look for the descriptor.
+		b, err := io.ReadAll(io.LimitReader(br, image.MaxLayerSize+1))
+		if err != nil {
+			return 0, fmt.Errorf("read layer: %w", err)
+		}
+		desc, err := image.DecodeLayer(bytes.NewReader(b))
+		if err == nil {
+			m := Marker{Version: MarkerVersion, Snapshot: desc.Snapshot, Size: desc.DataSize}
+			return d.applySlacker(ctx, l, m, b, kindImage)
+		}
+		if !errors.Is(err, image.ErrNotSlackerLayer) {
+			return 0, err
+		}
+		return d.applyTar(ctx, l, io.MultiReader(bytes.NewReader(b), br))
 	}
 	return d.applyTar(ctx, l, br)
 }
 
-func (d *Driver) applySlacker(ctx context.Context, l *layer, r io.Reader) (int64, error) {
-	b, err := io.ReadAll(io.LimitReader(r, maxLayerPeek+1))
+// isImageLayer reports whether a layer tar starts like package image's Slacker layer
+// (the .slacker/ directory, then the descriptor).
+func isImageLayer(prefix []byte) bool {
+	hdr, err := tar.NewReader(bytes.NewReader(prefix)).Next()
 	if err != nil {
-		return 0, fmt.Errorf("read layer: %w", err)
+		return false
 	}
-	m, err := DecodeLayer(b)
-	if err != nil {
-		return 0, err
-	}
+	name := strings.TrimPrefix(hdr.Name, "./")
+	return name == ".slacker/" || name == image.LayerDescriptorPath
+}
+
+func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte, kind string) (int64, error) {
 	if _, err := d.n.Map(ctx, m.Snapshot); err != nil {
 		if errors.Is(err, node.ErrNotFound) {
 			return 0, fmt.Errorf("this Slacker layer names snapshot %s, which is not in this node's store (%s); "+
@@ -600,11 +650,11 @@ func (d *Driver) applySlacker(ctx context.Context, l *layer, r io.Reader) (int64
 		}
 		l.rec.Volume = ""
 	}
-	l.rec.Snapshot, l.rec.Slacker, l.rec.Size, l.rec.Dirty = m.Snapshot, b, m.Size, false
+	l.rec.Snapshot, l.rec.Slacker, l.rec.Kind, l.rec.Size, l.rec.Dirty = m.Snapshot, b, kind, m.Size, false
 	if err := d.save(&l.rec); err != nil {
 		return 0, err
 	}
-	d.log.Info("slacker-layer-applied", "layer", l.rec.ID, "snapshot", m.Snapshot, "size", m.Size)
+	d.log.Info("slacker-layer-applied", "layer", l.rec.ID, "snapshot", m.Snapshot, "size", m.Size, "format", kind)
 	return m.Size, nil
 }
 
@@ -651,7 +701,7 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 	if err := d.n.DeleteVolume(ctx, vid); err != nil {
 		d.log.Warn("graphdriver-volume-delete-failed", "volume", vid, "err", err)
 	}
-	l.rec.Volume, l.rec.Dirty, l.rec.Snapshot, l.rec.Slacker, l.rec.Size = "", false, res.ID, nil, st.Bytes
+	l.rec.Volume, l.rec.Dirty, l.rec.Snapshot, l.rec.Slacker, l.rec.Kind, l.rec.Size = "", false, res.ID, nil, "", st.Bytes
 	if err := d.save(&l.rec); err != nil {
 		return 0, err
 	}
@@ -835,13 +885,18 @@ func (d *Driver) revertInit(ctx context.Context, snap digest.Digest, cs []change
 	if err != nil {
 		return "", err
 	}
-	touched := map[string]bool{}
+	// The container's own change of a path wins, and so does its deletion of a
+	// directory above it; a directory above that it only modified does not count.
+	touched, deleted := map[string]bool{}, map[string]bool{}
 	for _, c := range cs {
 		touched[c.Path] = true
+		if c.Kind == ChangeDelete {
+			deleted[c.Path] = true
+		}
 	}
 	var undo []change
 	for _, c := range initCh {
-		if !underAny(c.Path, touched) {
+		if !touched[c.Path] && !underAny(c.Path, deleted) {
 			undo = append(undo, c)
 		}
 	}
