@@ -35,6 +35,9 @@ var (
 	ErrNotFound = errors.New("image not found in the registry")
 	// ErrUnreachable: the registry could not be reached.
 	ErrUnreachable = errors.New("registry unreachable")
+	// ErrUnavailable: the registry answered with a server error (5xx) after the
+	// retries; it may succeed later.
+	ErrUnavailable = errors.New("registry unavailable")
 )
 
 // Options tune registry access.
@@ -225,6 +228,9 @@ func mapErr(ref string, err error) error {
 			return fmt.Errorf("%s: %w", ref, ErrNotFound)
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%s: access denied by the registry (log in with `docker login`; credentials are read from the Docker config): %w", ref, err)
+		}
+		if terr.StatusCode >= 500 {
+			return fmt.Errorf("%s: %w: it answered %d %s; try again later", ref, ErrUnavailable, terr.StatusCode, http.StatusText(terr.StatusCode))
 		}
 		for _, d := range terr.Errors {
 			if d.Code == transport.ManifestUnknownErrorCode || d.Code == transport.NameUnknownErrorCode {
