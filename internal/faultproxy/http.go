@@ -26,7 +26,7 @@ type httpLayer struct {
 	mu       sync.Mutex
 	failures []*failure
 	auth     *TokenAuth
-	tokens   map[string]time.Time // token -> expiry
+	tokens   map[string]*grant
 
 	statuses, tokenFails, issued atomic.Int64
 }
@@ -42,7 +42,7 @@ func startHTTP(target string, p *Proxy) (*httpLayer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("faultproxy: %w", err)
 	}
-	h := &httpLayer{p: p, addr: ln.Addr().String(), tokens: map[string]time.Time{}}
+	h := &httpLayer{p: p, addr: ln.Addr().String(), tokens: map[string]*grant{}}
 	u := &url.URL{Scheme: "http", Host: target}
 	h.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
@@ -65,7 +65,7 @@ func (h *httpLayer) heal() {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.failures, h.auth = nil, nil
-	h.tokens = map[string]time.Time{}
+	h.tokens = map[string]*grant{}
 }
 
 func (h *httpLayer) authOn() bool {
@@ -91,6 +91,9 @@ func (p *Proxy) FailRequests(status, n int, match func(*http.Request) bool) {
 type TokenAuth struct {
 	TTL            time.Duration
 	User, Password string
+	// Uses, if positive, expires each token after that many requests (an expiry
+	// in the middle of a client's sequence of requests).
+	Uses int
 }
 
 // RequireTokens turns the emulated token service on (nil: off). HTTP mode only.
@@ -99,7 +102,7 @@ func (p *Proxy) RequireTokens(a *TokenAuth) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.auth = a
-	h.tokens = map[string]time.Time{}
+	h.tokens = map[string]*grant{}
 }
 
 // ExpireTokens makes every token issued so far invalid: the next request bearing
@@ -108,7 +111,7 @@ func (p *Proxy) ExpireTokens() {
 	h := p.mustHTTP()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.tokens = map[string]time.Time{}
+	h.tokens = map[string]*grant{}
 }
 
 func (p *Proxy) mustHTTP() *httpLayer {
@@ -166,8 +169,18 @@ func (h *httpLayer) authorized(r *http.Request) bool {
 	if !ok {
 		return false
 	}
-	exp, ok := h.tokens[tok]
-	return ok && time.Now().Before(exp)
+	g, ok := h.tokens[tok]
+	if !ok || !time.Now().Before(g.expires) || (h.auth.Uses > 0 && g.uses >= h.auth.Uses) {
+		return false
+	}
+	g.uses++
+	return true
+}
+
+// grant is an issued token.
+type grant struct {
+	expires time.Time
+	uses    int
 }
 
 func (h *httpLayer) token(w http.ResponseWriter, r *http.Request) {
@@ -194,7 +207,7 @@ func (h *httpLayer) token(w http.ResponseWriter, r *http.Request) {
 		ttl = time.Hour
 	}
 	h.mu.Lock()
-	h.tokens[tok] = time.Now().Add(ttl)
+	h.tokens[tok] = &grant{expires: time.Now().Add(ttl)}
 	h.mu.Unlock()
 	h.issued.Add(1)
 	w.Header().Set("Content-Type", "application/json")
