@@ -9,7 +9,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-packages=(fuse3 e2fsprogs runc containerd docker-registry skopeo umoci debootstrap tar iproute2 util-linux ca-certificates gcc libc6-dev)
+packages=(fuse3 e2fsprogs runc containerd docker-registry skopeo umoci debootstrap tar iproute2 util-linux ca-certificates gcc libc6-dev docker.io)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
