@@ -102,6 +102,7 @@ It talks to slackerd, the node daemon, on ` + api.DefaultSocket + `.`,
 		newConvert(e), newPush(e), newPull(e), newImages(e), newRmi(e), newTag(e),
 		newRun(e), newPs(e), newRm(e), newCommit(e), newStats(e), newInfo(e), newBench(e),
 	)
+	root.AddCommand(newDoctor(e))
 	return root
 }
 
