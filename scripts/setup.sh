@@ -28,6 +28,27 @@ fi
 [ -e /dev/fuse ] || modprobe fuse 2>/dev/null || { echo "setup: this kernel has no FUSE (/dev/fuse)" >&2; exit 1; }
 [ -e /dev/loop-control ] || modprobe loop 2>/dev/null || { echo "setup: this kernel has no loop devices" >&2; exit 1; }
 
+# nerdctl (not packaged in bookworm) for the containerd tests and docs/containerd.md:
+# v1.7 is the last line that supports containerd 1.6. Built once from the Go module
+# proxy (inside a throwaway module: `go install pkg@v` needs the proxy's version
+# list, which it refuses for nerdctl) and cached; about 3 minutes the first time.
+NERDCTL_VERSION=v1.7.7
+cache="${SLACKER_TEST_CACHE:-/var/cache/slacker-test}/bin"
+if ! command -v nerdctl >/dev/null; then
+	if [ ! -x "$cache/nerdctl-$NERDCTL_VERSION" ]; then
+		echo "setup: building nerdctl $NERDCTL_VERSION (once, cached in $cache)"
+		mkdir -p "$cache"
+		tmp=$(mktemp -d)
+		trap 'rm -rf "$tmp"' EXIT
+		printf 'module nerdctlbuild\n\ngo 1.21\n\nrequire github.com/containerd/nerdctl %s\n' "$NERDCTL_VERSION" >"$tmp/go.mod"
+		printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/containerd/nerdctl/cmd/nerdctl"\n' >"$tmp/tools.go"
+		(cd "$tmp" && go mod tidy >/dev/null 2>&1 && CGO_ENABLED=0 go build -o "$cache/nerdctl-$NERDCTL_VERSION" github.com/containerd/nerdctl/cmd/nerdctl)
+		rm -rf "$tmp"
+		trap - EXIT
+	fi
+	install -m 0755 "$cache/nerdctl-$NERDCTL_VERSION" /usr/local/bin/nerdctl
+fi
+
 cd "$(dirname "$0")/.."
 go mod download
 mkdir -p bin
