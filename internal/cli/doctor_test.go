@@ -136,3 +136,12 @@ func TestDoctorAgainstDaemon(t *testing.T) {
 		t.Fatalf("doctor with a missing config: %v\n%s", err, out.String())
 	}
 }
+
+// TestShippedContainerdConfig: the snippet in contrib/systemd passes every check.
+func TestShippedContainerdConfig(t *testing.T) {
+	for _, c := range containerdConfigChecks("../../contrib/systemd/containerd-slacker.toml", "/run/slacker/snapshotter.sock") {
+		if c.Status != "ok" {
+			t.Errorf("%+v", c)
+		}
+	}
+}

@@ -54,3 +54,15 @@ func TestSnapshotterAndRegistryKeys(t *testing.T) {
 		})
 	}
 }
+
+// TestShippedConfig: the example in contrib/systemd loads and resolves.
+func TestShippedConfig(t *testing.T) {
+	d, err := Load("../../contrib/systemd/slackerd.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := d.Resolve()
+	if err != nil || r.SnapshotterSocket != "/run/slacker/snapshotter.sock" {
+		t.Fatalf("%+v %v", r, err)
+	}
+}
