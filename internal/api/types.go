@@ -69,6 +69,10 @@ type VolumeStats struct {
 	CacheMisses   int64 `json:"cache_misses"`
 	DeltaBytes    int64 `json:"delta_bytes"`
 	DeltaRuns     int64 `json:"delta_runs"`
+	// BaseReadRuns are the base snapshot's blocks (4 KiB) the volume read, as
+	// sorted half-open runs [start, end); truncated after a bound (volume.MaxReadRuns).
+	BaseReadRuns          [][2]int64 `json:"base_read_runs,omitempty"`
+	BaseReadRunsTruncated bool       `json:"base_read_runs_truncated,omitempty"`
 }
 
 // Volume describes a volume.

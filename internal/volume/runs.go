@@ -65,6 +65,17 @@ func (s *runSet) contains(b int64) bool {
 	return found
 }
 
+// touches reports whether a run of the set overlaps or adjoins [start, end), so that
+// adding it would not make a new run.
+func (s *runSet) touches(start, end int64) bool {
+	found := false
+	s.t.DescendLessOrEqual(run{start: end}, func(r run) bool {
+		found = r.end >= start
+		return false
+	})
+	return found
+}
+
 // segments calls fn for consecutive segments covering [start, end), each either
 // inside the set (in=true) or outside it.
 func (s *runSet) segments(start, end int64, fn func(start, end int64, in bool)) {

@@ -21,6 +21,18 @@ func TestRunSetModel(t *testing.T) {
 				}
 				model[i] = true
 			}
+			if a < b {
+				// touches: [a, b) overlaps or adjoins a run iff adding it makes no new run.
+				before, touched := s.len(), s.touches(a, b)
+				clone := newRunSet()
+				for _, r := range s.runs() {
+					clone.add(r.start, r.end)
+				}
+				clone.add(a, b)
+				if touched != (clone.len() <= before) {
+					t.Fatalf("touches(%d,%d) = %v with runs %v", a, b, touched, s.runs())
+				}
+			}
 			if got := s.add(a, b); got != fresh {
 				t.Fatalf("add(%d,%d) = %d new blocks, want %d", a, b, got, fresh)
 			}

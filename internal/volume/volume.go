@@ -68,7 +68,17 @@ type Stats struct {
 	CacheMisses   int64 `json:"cache_misses"`    // base chunk reads that fetched from the store
 	DeltaBytes    int64 `json:"delta_bytes"`     // bytes of blocks present in the delta
 	DeltaRuns     int64 `json:"delta_runs"`      // runs of the delta's block set (metadata size)
+	// BaseReadRuns are the blocks read from the base snapshot, as sorted, disjoint
+	// half-open runs of block numbers [start, end) (BlockSize units): which of the
+	// image a container read, e.g. to compare two runs. At most MaxReadRuns runs are
+	// kept; BaseReadRunsTruncated says that later reads were not recorded.
+	BaseReadRuns          [][2]int64 `json:"base_read_runs,omitempty"`
+	BaseReadRunsTruncated bool       `json:"base_read_runs_truncated,omitempty"`
 }
+
+// MaxReadRuns bounds the runs of base blocks read that a volume records (about 16
+// bytes each), so a volume read at random cannot grow its record without bound.
+var MaxReadRuns = 16384
 
 // Volume is an open writable volume. All methods are safe for concurrent use.
 type Volume struct {
@@ -97,6 +107,10 @@ type Volume struct {
 	raStreak int   // consecutive misses that followed one another
 
 	readBytes, writtenBytes, baseReadBytes, fetchedBytes, hits, misses atomic.Int64
+
+	traceMu   sync.Mutex
+	baseReads *runSet // blocks read from the base (see Stats.BaseReadRuns)
+	truncated bool    // baseReads reached MaxReadRuns
 }
 
 // Create makes a new volume in dir (which must not exist): a clone of the snapshot
@@ -205,7 +219,7 @@ func Open(dir string, base *blockmap.Map, chunks ChunkReader) (*Volume, error) {
 		return nil, fmt.Errorf("open volume %s: %w", dir, err)
 	}
 	v := &Volume{dir: dir, meta: meta, base: base, chunks: chunks, data: data, journal: journal,
-		present: newRunSet(), synced: newRunSet()}
+		present: newRunSet(), synced: newRunSet(), baseReads: newRunSet()}
 	n, err := replayJournal(journal, v.synced, meta.Size/BlockSize)
 	if err != nil {
 		data.Close()
@@ -234,12 +248,38 @@ func (v *Volume) Stats() Stats {
 	v.mu.Lock()
 	delta, runs := v.present.count()*BlockSize, int64(v.present.len())
 	v.mu.Unlock()
-	return Stats{
+	st := Stats{
 		ReadBytes: v.readBytes.Load(), WrittenBytes: v.writtenBytes.Load(),
 		BaseReadBytes: v.baseReadBytes.Load(), FetchedBytes: v.fetchedBytes.Load(),
 		CacheHits: v.hits.Load(), CacheMisses: v.misses.Load(),
 		DeltaBytes: delta, DeltaRuns: runs,
 	}
+	v.traceMu.Lock()
+	if n := v.baseReads.len(); n > 0 {
+		st.BaseReadRuns = make([][2]int64, 0, n)
+		for _, r := range v.baseReads.runs() {
+			st.BaseReadRuns = append(st.BaseReadRuns, [2]int64{r.start, r.end})
+		}
+	}
+	st.BaseReadRunsTruncated = v.truncated
+	v.traceMu.Unlock()
+	return st
+}
+
+// traceBaseRead records that the blocks covering [off, off+n) were read from the
+// base, until MaxReadRuns runs are recorded.
+func (v *Volume) traceBaseRead(off, n int64) {
+	v.traceMu.Lock()
+	defer v.traceMu.Unlock()
+	if v.truncated {
+		return
+	}
+	start, end := off/BlockSize, (off+n+BlockSize-1)/BlockSize
+	if v.baseReads.len() >= MaxReadRuns && !v.baseReads.touches(start, end) {
+		v.truncated = true
+		return
+	}
+	v.baseReads.add(start, end)
 }
 
 // ReadAt reads len(p) bytes at off. Reads past the end are short with io.EOF.
@@ -300,6 +340,7 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 			return fmt.Errorf("read base at %d: %w", pc.Offset, err)
 		}
 		v.baseReadBytes.Add(pc.Length)
+		v.traceBaseRead(pc.Offset, pc.Length)
 		v.fetchedBytes.Add(fetched)
 		if hit {
 			v.hits.Add(1)

@@ -333,3 +333,55 @@ func TestWriteOutOfRange(t *testing.T) {
 		t.Fatalf("read across the end: %d, %v", n, err)
 	}
 }
+
+// TestBaseReadRuns checks the record of base blocks read: reads of the base are
+// recorded as merged block runs, reads of the volume's own writes and of holes are
+// not, and the record stops (flagged) at MaxReadRuns runs.
+func TestBaseReadRuns(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, 64<<20)
+	const size = 16 << 20
+	src := s.clone(t, "src", "", size)
+	if _, err := src.WriteAt(ctx, bytes.Repeat([]byte{7}, 4<<20), 0); err != nil {
+		t.Fatal(err)
+	}
+	res, err := src.Snapshot(ctx, s.st, SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func(v *Volume, off, n int64) {
+		t.Helper()
+		if _, err := v.ReadAt(ctx, make([]byte, n), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	v := s.clone(t, "v", res.ID, size)
+	// A whole block written: no copy-on-write read of the base.
+	if _, err := v.WriteAt(ctx, make([]byte, BlockSize), 20*BlockSize); err != nil {
+		t.Fatal(err)
+	}
+	read(v, 0, 1)                      // block 0
+	read(v, BlockSize+10, BlockSize)   // blocks 1 and 2, merged with 0
+	read(v, 10*BlockSize, 3*BlockSize) // 10-12
+	read(v, 20*BlockSize, BlockSize)   // the volume's own write: not the base
+	read(v, 8<<20, BlockSize)          // a hole of the base: nothing read
+	read(v, 11*BlockSize, BlockSize)   // again: already recorded
+	st := v.Stats()
+	want := [][2]int64{{0, 3}, {10, 13}}
+	if fmt.Sprint(st.BaseReadRuns) != fmt.Sprint(want) || st.BaseReadRunsTruncated {
+		t.Fatalf("base read runs %v (truncated %v), want %v", st.BaseReadRuns, st.BaseReadRunsTruncated, want)
+	}
+
+	old := MaxReadRuns
+	MaxReadRuns = 2
+	t.Cleanup(func() { MaxReadRuns = old })
+	w := s.clone(t, "w", res.ID, size)
+	for _, b := range []int64{0, 4, 5, 8, 4} {
+		read(w, b*BlockSize, BlockSize)
+	}
+	st = w.Stats()
+	want = [][2]int64{{0, 1}, {4, 6}}
+	if fmt.Sprint(st.BaseReadRuns) != fmt.Sprint(want) || !st.BaseReadRunsTruncated {
+		t.Fatalf("bounded record: runs %v (truncated %v), want %v and truncated", st.BaseReadRuns, st.BaseReadRunsTruncated, want)
+	}
+}
