@@ -267,7 +267,7 @@ func testConcurrentPutSame(t *testing.T, h Harness) {
 	b := randBytes(t, 256<<10)
 	d := digest.FromBytes(b)
 	var wg sync.WaitGroup
-	errs := make(chan error, 8)
+	errs := make(chan error, 16) // 8 puts and up to 8 failed readers
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
