@@ -1,0 +1,297 @@
+package s3
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/minio/minio-go/v7"
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/storetest"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// One MinIO server for the package's tests; each test gets its own prefix, which is
+// an empty store.
+var (
+	server     *services.MinIO
+	serverErr  error
+	serverOnce sync.Once
+	serverDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if server != nil {
+		server.Stop()
+	}
+	if serverDir != "" {
+		os.RemoveAll(serverDir)
+	}
+	os.Exit(code)
+}
+
+func minioServer(t *testing.T) *services.MinIO {
+	t.Helper()
+	testutil.RequireTool(t, "go") // to build MinIO if it is not cached
+	serverOnce.Do(func() {
+		if serverDir, serverErr = os.MkdirTemp("", "slacker-s3-test-"); serverErr != nil {
+			return
+		}
+		server, serverErr = services.StartMinIO(context.Background(), services.MinIOOptions{Dir: serverDir})
+	})
+	if serverErr != nil {
+		t.Fatalf("minio: %v", serverErr)
+	}
+	return server
+}
+
+func randomName(t *testing.T) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name())) + "-" + hex.EncodeToString(b)
+}
+
+// newStore returns an empty store under a fresh prefix of the test bucket.
+func newStore(t *testing.T) *Store {
+	t.Helper()
+	m := minioServer(t)
+	s, err := Open(t.Context(), m.Location("slacker-test", randomName(t)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// raw is a plain client on the same server, to act behind the store's back.
+func raw(t *testing.T) *minio.Client {
+	t.Helper()
+	s := newStore(t)
+	return s.client
+}
+
+func TestSuite(t *testing.T) {
+	storetest.Run(t, storetest.Harness{
+		New: func(t *testing.T) store.Store { return newStore(t) },
+		Corrupt: func(t *testing.T, st store.Store, d digest.Digest) {
+			s := st.(*Store)
+			ctx := context.Background()
+			b, err := store.ReadAll(ctx, s, d)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b[len(b)/2] ^= 0x40
+			if _, err := s.client.PutObject(ctx, s.Bucket(), s.Key(d), bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		},
+	})
+}
+
+// The server itself refuses a body that does not hash to the object's name: the
+// signed x-amz-content-sha256 is the digest.
+func TestServerRefusesWrongBody(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	good, bad := []byte("the content the name promises"), []byte("something else entirely......")
+	d := digest.FromBytes(good)
+	_, err := s.core.PutObject(ctx, s.Bucket(), s.Key(d), bytes.NewReader(bad), int64(len(bad)), "", d.Encoded(),
+		minio.PutObjectOptions{DisableContentSha256: true, DisableMultipart: true})
+	if err == nil {
+		t.Fatal("the server stored a body that does not match its signed hash")
+	}
+	if merr := s.mapErr(ctx, ctx, err); !errors.Is(merr, store.ErrCorrupt) {
+		t.Fatalf("server refusal %v maps to %v, want ErrCorrupt", err, merr)
+	}
+	if ok, err := store.Exists(ctx, s, d); ok || err != nil {
+		t.Fatalf("after the refused put: exists=%v err=%v", ok, err)
+	}
+}
+
+// Objects over BufferLimit are streamed; a stream that does not match is refused
+// and nothing is stored.
+func TestStreamedPut(t *testing.T) {
+	s := newStore(t)
+	s.o.BufferLimit = 1024
+	ctx := t.Context()
+	b := make([]byte, 300<<10)
+	rand.Read(b)
+	d := digest.FromBytes(b)
+	other := append([]byte(nil), b...)
+	other[len(other)-1] ^= 1
+	if err := s.Put(ctx, d, int64(len(other)), bytes.NewReader(other)); !errors.Is(err, store.ErrCorrupt) {
+		t.Fatalf("streamed put of wrong content: %v, want ErrCorrupt", err)
+	}
+	if ok, err := store.Exists(ctx, s, d); ok || err != nil {
+		t.Fatalf("after the refused put: exists=%v err=%v", ok, err)
+	}
+	if err := s.Put(ctx, d, int64(len(b)), bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.ReadAll(ctx, s, d)
+	if err != nil || !bytes.Equal(got, b) {
+		t.Fatalf("read back: %v", err)
+	}
+}
+
+func TestStrayKeysAreNotObjects(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	for _, k := range []string{"sha256/ab/not-a-digest", "sha256/zz", "other/x",
+		"sha256/00/" + digest.FromString("x").Encoded()} { // a digest under the wrong directory
+		if _, err := s.client.PutObject(ctx, s.Bucket(), s.Prefix()+k, strings.NewReader("x"), 1, minio.PutObjectOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, err := store.PutBytes(ctx, s, []byte("real"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []digest.Digest
+	if err := s.List(ctx, func(i store.Info) error { got = append(got, i.Digest); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0] != d {
+		t.Fatalf("list: %v, want only %s", got, d)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	m := minioServer(t)
+	ctx := t.Context()
+	d := digest.FromString("anything")
+
+	// A wrong secret: access denied, said as such, not "not found".
+	wrong, err := New(Options{Endpoint: m.Addr, Bucket: "slacker-test", AccessKey: m.AccessKey, SecretKey: "wrong-secret", Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wrong.Stat(ctx, d); err == nil || errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "credentials") {
+		t.Errorf("stat with a wrong secret: %v; want access denied", err)
+	}
+	// A missing bucket: not found, with what to do.
+	nob, err := New(Options{Endpoint: m.Addr, Bucket: "no-such-bucket", AccessKey: m.AccessKey, SecretKey: m.SecretKey, Insecure: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nob.Get(ctx, d); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "create=1") {
+		t.Errorf("get from a missing bucket: %v", err)
+	}
+	// Nothing listening: unavailable.
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := l.Addr().String()
+	l.Close()
+	gone, err := New(Options{Endpoint: closed, Bucket: "bucket", AccessKey: "a", SecretKey: "secretsecret", Insecure: true, MaxRetries: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := gone.Stat(ctx, d); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("stat of a store that is not listening: %v, want ErrUnavailable", err)
+	}
+	if err := gone.Put(ctx, d, 8, strings.NewReader("anything")); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("put to a store that is not listening: %v, want ErrUnavailable", err)
+	}
+}
+
+// A server that accepts connections and never answers: each call ends at the
+// store's own bound (ErrUnavailable) or at the caller's deadline (DeadlineExceeded).
+func TestDeadlines(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	var mu sync.Mutex
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+	})
+	s, err := New(Options{Endpoint: l.Addr().String(), Bucket: "bucket", AccessKey: "a", SecretKey: "secretsecret",
+		Insecure: true, MaxRetries: 1, Timeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := digest.FromString("x")
+	if _, err := s.Get(context.Background(), d); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("get from a hung server: %v, want ErrUnavailable", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if _, err := s.Stat(ctx, d); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("stat with a caller deadline: %v, want DeadlineExceeded", err)
+	}
+}
+
+func TestParseLocation(t *testing.T) {
+	tests := []struct {
+		loc     string
+		want    Location
+		wantErr string
+	}{
+		{loc: "s3://AK:SK@127.0.0.1:9000/bucket/some/prefix?insecure=1&create=1",
+			want: Location{Options: Options{Endpoint: "127.0.0.1:9000", Bucket: "bucket", Prefix: "some/prefix", AccessKey: "AK", SecretKey: "SK", Insecure: true}, Create: true}},
+		{loc: "s3://s3.example.com/b?region=eu-west-1&timeout=30s",
+			want: Location{Options: Options{Endpoint: "s3.example.com", Bucket: "b", Region: "eu-west-1", Timeout: 30 * time.Second}}},
+		{loc: "s3://host/", wantErr: "no bucket"},
+		{loc: "s3:///bucket", wantErr: "no host"},
+		{loc: "s3://host/b?colour=red", wantErr: "unknown parameter"},
+		{loc: "s3://host/b?timeout=soon", wantErr: "timeout"},
+		{loc: "s3://AK:TOPSECRET@host/b?bogus=1", wantErr: "unknown parameter"},
+		{loc: "s3://AK:TOPSECRET@ho st/b", wantErr: "not a valid"},
+	}
+	for _, tc := range tests {
+		got, err := ParseLocation(tc.loc)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: error %v, want %q", tc.loc, err, tc.wantErr)
+			}
+			if err != nil && strings.Contains(err.Error(), "TOPSECRET") {
+				t.Errorf("%s: the error shows the secret: %v", tc.loc, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%s: %v", tc.loc, err)
+			continue
+		}
+		if got != tc.want {
+			t.Errorf("%s: %+v, want %+v", tc.loc, got, tc.want)
+		}
+	}
+	s, err := New(Options{Endpoint: "h:1", Bucket: "bucket", AccessKey: "AK", SecretKey: "TOPSECRET"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(s.String(), "TOPSECRET") {
+		t.Errorf("String shows the secret: %s", s)
+	}
+}
