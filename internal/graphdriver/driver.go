@@ -632,10 +632,14 @@ func isImageLayer(prefix []byte) bool {
 func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte, kind string) (int64, error) {
 	if _, err := d.n.Map(ctx, m.Snapshot); err != nil {
 		if errors.Is(err, node.ErrNotFound) {
-			return 0, fmt.Errorf("this Slacker layer names snapshot %s, which is not in this node's store (%s); "+
-				"it was made on a node whose store is %s: run this slackerd on that store, "+
-				"or push the image from a slackerd with graphdriver.shared_store off, which pushes ordinary layers",
-				m.Snapshot, d.o.Store, m.Store)
+			where := "another store"
+			if m.Store != "" {
+				where = "store " + m.Store
+			}
+			return 0, fmt.Errorf("this Slacker layer names snapshot %s, which is not in this node's store (%s) "+
+				"but in %s: run this slackerd on that store (--store), or pull an image made where "+
+				"graphdriver.shared_store is off, whose layers are ordinary tars (docs/docker.md)",
+				m.Snapshot, d.o.Store, where)
 		}
 		return 0, fmt.Errorf("Slacker layer's snapshot %s: %w", m.Snapshot, err)
 	}

@@ -26,8 +26,9 @@ const (
 	// Explanation is the hard link's target: what a stock unpacker prints when it
 	// fails on a Slacker layer. It names no path separator and stays under the
 	// 255-byte limit of a file name.
-	Explanation = "SLACKER LAYER - this image needs Docker with the slacker graph driver on a node that shares the pushing node's store. " +
-		"For stock Docker, push it from a slackerd with graphdriver.shared_store off (see docker.md in Slacker's docs)"
+	Explanation = "SLACKER LAYER - run this image with the slacker graph driver on a node sharing its store. " +
+		"For stock Docker, flatten it there (docker export, docker import) or commit with graphdriver.shared_store off. " +
+		"See docker.md in Slacker's docs"
 	// MarkerVersion is the only marker version read and written.
 	MarkerVersion = 1
 	// maxLayerPeek bounds how much of a layer is read to recognize a Slacker layer.
