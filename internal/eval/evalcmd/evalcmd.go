@@ -1,0 +1,230 @@
+// Package evalcmd is the `bench eval` command tree: one subcommand per item of the
+// evaluation, each writing OUT/ITEM.json and re-rendering the report (OUT/index.html,
+// its SVG figures, OUT/summary.md) from every item's JSON in OUT; and `report`,
+// which only renders.
+package evalcmd
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slacker-dev/slacker/internal/eval"
+	"github.com/slacker-dev/slacker/internal/eval/report"
+	"github.com/slacker-dev/slacker/internal/eval/storage"
+	"github.com/slacker-dev/slacker/internal/units"
+)
+
+// common are the flags every item takes.
+type common struct {
+	out, work, corpus string
+	runs              int
+	seed              uint64
+	daemonArgs        []string
+	keep              bool
+	bins              func() (eval.Binaries, error)
+}
+
+// Items are the evaluation's items, in report order.
+func Items() []report.Item {
+	return []report.Item{
+		{Name: "storage", Load: load[storage.Results]},
+	}
+}
+
+func load[T any, P interface {
+	*T
+	eval.Sectioner
+}](path string) (eval.Sectioner, error) {
+	var v T
+	if err := eval.ReadJSON(path, &v); err != nil {
+		return nil, err
+	}
+	return P(&v), nil
+}
+
+// NewCommand returns `eval`. bins finds the slacker and slackerd binaries.
+func NewCommand(bins func() (eval.Binaries, error)) *cobra.Command {
+	c := &common{bins: bins}
+	cmd := &cobra.Command{
+		Use:   "eval",
+		Short: "The papers' evaluation, reproduced: Slacker vs containerd + overlayfs, one command per result",
+		Long: `Each subcommand reproduces results of the papers Slacker starts from (Slacker FAST'16,
+HP-Mapper SoCC'19, "Docker characterization on high performance SSDs") and writes
+OUT/ITEM.json, then re-renders OUT/index.html (figures as SVG) and OUT/summary.md from
+every item found in OUT. Items that run containers start and stop their own registry,
+slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
+		SilenceUsage: true,
+	}
+	f := cmd.PersistentFlags()
+	f.StringVar(&c.out, "out", "docs/eval", "directory of the results (ITEM.json) and the report")
+	f.StringVar(&c.work, "work", "/var/tmp/slacker-eval", "work directory (a subdirectory per item, emptied first)")
+	f.StringVar(&c.corpus, "corpus", eval.DefaultCorpus(), "HelloBench corpus directory (env SLACKER_BENCH_CORPUS)")
+	f.IntVar(&c.runs, "runs", 0, "repetitions (0: the item's default)")
+	f.Uint64Var(&c.seed, "seed", 1, "seed of the shuffled orders")
+	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
+	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
+	cmd.AddCommand(newReport(c), newStorage(c))
+	return cmd
+}
+
+func (c *common) runsOr(def int) int {
+	if c.runs > 0 {
+		return c.runs
+	}
+	return def
+}
+
+func (c *common) workDir(item string) string { return filepath.Join(c.work, item) }
+
+// finish removes the item's work directory (unless --keep), writes its results and
+// re-renders the report.
+func (c *common) finish(cmd *cobra.Command, item string, res eval.Sectioner, runErr error) error {
+	if !c.keep {
+		if err := os.RemoveAll(c.workDir(item)); err != nil {
+			fmt.Fprintf(cmd.ErrOrStderr(), "remove %s: %v\n", c.workDir(item), err)
+		}
+	}
+	if res == nil {
+		return runErr
+	}
+	path := filepath.Join(c.out, item+".json")
+	if err := eval.WriteJSON(path, res); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", path)
+	if err := c.render(cmd); err != nil {
+		return err
+	}
+	return runErr
+}
+
+func (c *common) render(cmd *cobra.Command) error {
+	secs, err := report.Load(c.out, Items())
+	if err != nil {
+		return err
+	}
+	if err := report.Write(c.out, secs); err != nil {
+		return err
+	}
+	fmt.Fprintf(cmd.ErrOrStderr(), "report: %s\n", filepath.Join(c.out, "index.html"))
+	return nil
+}
+
+func (c *common) progress(cmd *cobra.Command) *eval.Progress {
+	return eval.NewProgress(cmd.ErrOrStderr())
+}
+
+func newReport(c *common) *cobra.Command {
+	return &cobra.Command{
+		Use:     "report",
+		Short:   "Render OUT/index.html, the SVG figures and OUT/summary.md from the items' JSON in OUT",
+		Example: "  slacker bench eval report --out docs/eval",
+		Args:    cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			secs, err := report.Load(c.out, Items())
+			if err != nil {
+				return err
+			}
+			if len(secs) == 0 {
+				return fmt.Errorf("no results in %s (run an item first, e.g. `slacker bench eval storage`)", c.out)
+			}
+			if err := report.Write(c.out, secs); err != nil {
+				return err
+			}
+			report.Markdown(cmd.OutOrStdout(), secs)
+			return nil
+		},
+	}
+}
+
+func sizesFlag(s []string) ([]int64, error) {
+	var out []int64
+	for _, x := range s {
+		n, err := units.ParseBytes(strings.TrimSpace(x))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+func newStorage(c *common) *cobra.Command {
+	var o storage.Options
+	var fileSize, loopSize string
+	var sweep []string
+	cmd := &cobra.Command{
+		Use:   "storage",
+		Short: "fio 4 KiB random read/write (32 jobs x QD32) and a block-size sweep on ext4, xfs, btrfs, overlayfs and Slacker, cold and warm",
+		Long: `Docker characterization on high performance SSDs, reproduced: fio (libaio, O_DIRECT)
+random reads and writes of 4 KiB blocks, --jobs jobs at queue depth --depth, each on
+its own file of --file-size, cold (page cache dropped; a fresh node for the container
+systems) then warm, and a random-read sweep of block sizes, on: plain ext4 (a host
+directory: the data-volume case), ext4, xfs, btrfs and btrfs nodatacow on loop
+devices made under --work, containerd's overlayfs snapshot of the image holding the
+files, and Slacker's container root (ext4 on loop on FUSE). Needs root, fio,
+xfsprogs and btrfs-progs.`,
+		Example: `  slacker bench eval storage                       # defaults: 32 x 16 MiB files, 10 s per test
+  slacker bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.FileSize, err = units.ParseBytes(fileSize); err != nil {
+				return err
+			}
+			if o.LoopSize, err = units.ParseBytes(loopSize); err != nil {
+				return err
+			}
+			if o.SweepBS, err = sizesFlag(sweep); err != nil {
+				return err
+			}
+			if o.Binaries, err = needBins(c, o.Targets, "overlayfs", "slacker"); err != nil {
+				return err
+			}
+			o.Dir, o.CorpusDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("storage"), c.corpus, c.runsOr(1), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := storage.Run(cmd.Context(), o)
+			return c.finish(cmd, "storage", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Jobs, "jobs", 32, "fio jobs (each on its own file)")
+	f.IntVar(&o.Depth, "depth", 32, "queue depth per job")
+	f.StringVar(&fileSize, "file-size", "16MiB", "size of each job's file")
+	f.IntVar(&o.Runtime, "runtime", 10, "seconds per 4 KiB test")
+	f.IntVar(&o.SweepRuntime, "sweep-runtime", 5, "seconds per point of the block-size sweep")
+	f.StringSliceVar(&sweep, "sweep", []string{"4KiB", "16KiB", "64KiB", "256KiB", "1MiB"}, "block sizes of the random-read sweep (empty: none)")
+	f.StringVar(&loopSize, "loop-size", "2GiB", "size of each loop file (sparse)")
+	f.StringSliceVar(&o.Targets, "targets", nil, "stacks to measure (default all: "+strings.Join(storage.AllTargets, ",")+")")
+	return cmd
+}
+
+// needBins returns the binaries when targets (empty: all) include one of the
+// systems that need them.
+func needBins(c *common, targets []string, systems ...string) (eval.Binaries, error) {
+	need := len(targets) == 0
+	for _, t := range targets {
+		for _, s := range systems {
+			need = need || t == s
+		}
+	}
+	if !need {
+		return eval.Binaries{}, nil
+	}
+	return c.bins()
+}
+
+// nilIfEmpty turns a typed nil result into an untyped nil interface.
+func nilIfEmpty[T any](r *T) eval.Sectioner {
+	if r == nil {
+		return nil
+	}
+	if s, ok := any(r).(eval.Sectioner); ok {
+		return s
+	}
+	return nil
+}
