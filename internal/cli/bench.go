@@ -9,12 +9,18 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slacker-dev/slacker/internal/bench/core"
+	"github.com/slacker-dev/slacker/internal/eval"
+	"github.com/slacker-dev/slacker/internal/eval/evalcmd"
 	"github.com/slacker-dev/slacker/internal/hellobench/benchcmd"
 )
 
 func newBench(e *env) *cobra.Command {
 	cmd := benchcmd.NewCommand()
 	cmd.AddCommand(newBenchCore(e))
+	cmd.AddCommand(evalcmd.NewCommand(func() (eval.Binaries, error) {
+		s, d, err := binaries()
+		return eval.Binaries{Slacker: s, Slackerd: d}, err
+	}))
 	return cmd
 }
 
