@@ -10,6 +10,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 packages=(fuse3 e2fsprogs runc containerd docker-registry skopeo umoci debootstrap tar iproute2 util-linux ca-certificates gcc libc6-dev docker.io)
+# The evaluation (docs/EVALUATION.md): fio, filesystems to compare, server benchmarks.
+packages+=(fio xfsprogs btrfs-progs postgresql-client redis-tools wrk)
 missing=()
 for p in "${packages[@]}"; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
