@@ -1,15 +1,20 @@
 // Package storeurl opens a store.Store from a location string, the one place that
 // knows every backend: a plain path or local:PATH (the embedded local directory
-// store). Other schemes are refused with a message listing what is supported.
+// store), s3://HOST/BUCKET[/PREFIX] (package s3). Other schemes are refused with a
+// message listing what is supported. The display form never shows a secret.
 package storeurl
 
 import (
+	"context"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/store/s3"
 )
 
 // Open opens the store at location and returns it with a display form.
@@ -19,8 +24,16 @@ func Open(location string) (store.Store, string, error) {
 		return openLocal(strings.TrimPrefix(strings.TrimPrefix(location, "local:"), "//"))
 	case strings.HasPrefix(location, "file://"):
 		return openLocal(strings.TrimPrefix(location, "file://"))
+	case strings.HasPrefix(location, "s3://"):
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		s, err := s3.Open(ctx, location)
+		if err != nil {
+			return nil, "", err
+		}
+		return s, s.String(), nil
 	case strings.Contains(location, "://"):
-		return nil, "", fmt.Errorf("store %q: unsupported scheme (supported: a directory path, local:PATH, file://PATH)", location)
+		return nil, "", fmt.Errorf("store %q: unsupported scheme (supported: a directory path, local:PATH, file://PATH, s3://HOST/BUCKET[/PREFIX])", redact(location))
 	case location == "":
 		return nil, "", fmt.Errorf("no store given")
 	default:
@@ -38,4 +51,17 @@ func openLocal(path string) (store.Store, string, error) {
 		return nil, "", err
 	}
 	return s, "local:" + abs, nil
+}
+
+// redact hides the password of a location that has one.
+func redact(location string) string {
+	if u, err := url.Parse(location); err == nil {
+		return u.Redacted()
+	}
+	if i := strings.LastIndex(location, "@"); i >= 0 {
+		if j := strings.Index(location, "://"); j >= 0 && j < i {
+			return location[:j+3] + "…" + location[i:]
+		}
+	}
+	return location
 }
