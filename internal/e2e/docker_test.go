@@ -38,7 +38,7 @@ type dockerNode struct {
 
 // keepRunDocker removes /run/docker/plugins and /run/docker at the end of the test if
 // they did not exist before it (slackerd creates them for its plugin socket).
-func keepRunDocker(t *testing.T) {
+func keepRunDocker(t testing.TB) {
 	_, errRun := os.Stat("/run/docker")
 	_, errPlugins := os.Stat(pluginDir)
 	t.Cleanup(func() {

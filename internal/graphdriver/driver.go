@@ -479,12 +479,13 @@ func (d *Driver) release(ctx context.Context, l *layer) error {
 	return d.unmountLocked(ctx, l)
 }
 
-// unmountLocked unmounts l; an image layer's volume (a read-only view) is deleted.
+// unmountLocked unmounts l. A volume that holds nothing its snapshot does not (an
+// image layer's view, a container layer mounted only to be read) is deleted.
 func (d *Driver) unmountLocked(ctx context.Context, l *layer) error {
 	if l.rec.Volume == "" {
 		return nil
 	}
-	if !l.rec.RW {
+	if !l.rec.RW || !l.rec.Dirty {
 		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
 			return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 		}
@@ -513,7 +514,9 @@ func (d *Driver) Status() [][2]string {
 	d.mu.Unlock()
 	var lazy, mounted int
 	for _, l := range ls {
-		l.mu.Lock()
+		if !l.mu.TryLock() {
+			continue // busy (a layer being applied): docker info does not wait for it
+		}
 		if l.rec.Slacker != nil {
 			lazy++
 		}
@@ -658,7 +661,7 @@ func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte,
 	if err := d.save(&l.rec); err != nil {
 		return 0, err
 	}
-	d.log.Info("slacker-layer-applied", "layer", l.rec.ID, "snapshot", m.Snapshot, "size", m.Size, "format", kind)
+	d.log.Info("slacker-layer-applied", "layer", l.rec.ID, "lazy", true, "snapshot", m.Snapshot, "size", m.Size, "format", kind)
 	return m.Size, nil
 }
 
@@ -709,7 +712,8 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 	if err := d.save(&l.rec); err != nil {
 		return 0, err
 	}
-	d.log.Info("layer-applied", "layer", l.rec.ID, "files", st.Files, "bytes", st.Bytes, "snapshot", res.ID,
+	// Not lazy, and said so: an ordinary layer is copied in whole.
+	d.log.Info("layer-applied", "layer", l.rec.ID, "lazy", false, "files", st.Files, "bytes", st.Bytes, "snapshot", res.ID,
 		"new_bytes", res.NewBytes, "took", time.Since(start))
 	return st.Bytes, nil
 }
@@ -933,7 +937,7 @@ func (d *Driver) revertInit(ctx context.Context, snap digest.Digest, cs []change
 	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
 	vid := "docker-commit-" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	v, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: snap,
-		Labels: map[string]string{labelKind: "docker-commit"}})
+		Labels: map[string]string{labelKind: kindDocker}}) // no record names it: Open deletes it after a crash
 	if err != nil {
 		return "", err
 	}
