@@ -161,3 +161,6 @@ func SizeTag(n int64) string {
 	}
 	return fmt.Sprint(n)
 }
+
+// HumanBytes renders n in binary units (as the corpus builder prints sizes).
+func HumanBytes(n int64) string { return corpus.HumanBytes(n) }

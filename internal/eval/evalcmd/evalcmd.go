@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slacker-dev/slacker/internal/eval"
+	"github.com/slacker-dev/slacker/internal/eval/micro"
 	"github.com/slacker-dev/slacker/internal/eval/report"
 	"github.com/slacker-dev/slacker/internal/eval/storage"
 	"github.com/slacker-dev/slacker/internal/units"
@@ -25,12 +26,14 @@ type common struct {
 	seed              uint64
 	daemonArgs        []string
 	keep              bool
+	images            string
 	bins              func() (eval.Binaries, error)
 }
 
 // Items are the evaluation's items, in report order.
 func Items() []report.Item {
 	return []report.Item{
+		{Name: "micro", Load: load[micro.Results]},
 		{Name: "storage", Load: load[storage.Results]},
 	}
 }
@@ -67,7 +70,8 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f.Uint64Var(&c.seed, "seed", 1, "seed of the shuffled orders")
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
-	cmd.AddCommand(newReport(c), newStorage(c))
+	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
+	cmd.AddCommand(newReport(c), newMicro(c), newStorage(c))
 	return cmd
 }
 
@@ -227,4 +231,41 @@ func nilIfEmpty[T any](r *T) eval.Sectioner {
 		return s
 	}
 	return nil
+}
+
+func newMicro(c *common) *cobra.Command {
+	var o micro.Options
+	var sizes []string
+	cmd := &cobra.Command{
+		Use:   "micro",
+		Short: "open() latency by layer depth and 1-byte append latency by file size, Slacker vs overlayfs (Fig 11, HP-Mapper's COW table)",
+		Long: `Slacker Fig 11a: an image of --layers layers of --files empty files each (one
+directory); on a cold node, with the page cache dropped before every open, opens
+--opens files per layer in random order. Fig 11b and HP-Mapper's copy-on-write table:
+an image whose bottom layer holds one random file per --sizes; a 1-byte append to each
+(after a stat), with and without fsync. Needs root.`,
+		Example: `  slacker bench eval micro
+  slacker bench eval micro --sizes 4KiB,64KiB,1MiB,16MiB,64MiB,256MiB,1GiB --runs 5`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Sizes, err = sizesFlag(sizes); err != nil {
+				return err
+			}
+			if o.Binaries, err = c.bins(); err != nil {
+				return err
+			}
+			o.Dir, o.ImagesDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("micro"), c.images, c.runsOr(3), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := micro.Run(cmd.Context(), o)
+			return c.finish(cmd, "micro", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.IntVar(&o.Layers, "layers", 16, "layers of the depth image")
+	f.IntVar(&o.FilesPerLayer, "files", 1000, "empty files per layer")
+	f.IntVar(&o.OpensPerLayer, "opens", 10, "files opened per layer and run")
+	f.StringSliceVar(&sizes, "sizes", []string{"4KiB", "64KiB", "1MiB", "16MiB", "64MiB", "256MiB"}, "sizes of the files appended to")
+	f.StringSliceVar(&o.Skip, "skip", nil, "parts to skip: open, append")
+	return cmd
 }
