@@ -276,6 +276,11 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 	if err != nil {
 		return nil, err
 	}
+	return c.fetchedChunk(ch, data, leader)
+}
+
+// fetchedChunk takes in a chunk its Source delivered.
+func (c *Cache) fetchedChunk(ch blockmap.Chunk, data []byte, leader uint64) (*result, error) {
 	if int64(len(data)) != ch.Size {
 		return nil, fmt.Errorf("chunk %s from the store has %d bytes, want %d: %w", ch.Digest, len(data), ch.Size, store.ErrCorrupt)
 	}
@@ -290,6 +295,10 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 // once: prefetch never queues work or blocks the caller. fetched, if set, is called
 // with the bytes each load moved from the store.
 func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) {
+	if bs, ok := c.src.(BatchSource); ok && len(cs) > 1 && bs.BatchReads() {
+		c.prefetchBatch(bs, cs, fetched)
+		return
+	}
 	for _, ch := range cs {
 		key := ch.Digest.String()
 		c.mu.Lock()
@@ -327,6 +336,93 @@ func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) {
 			}
 		}()
 	}
+}
+
+// BatchSource is an optional ability of a Source: fetching several chunks at once
+// (package fetch's FetchMany), which a store may serve with fewer requests. fn is
+// called once for each distinct chunk, never concurrently.
+type BatchSource interface {
+	FetchMany(ctx context.Context, cs []blockmap.Chunk, fn func(c blockmap.Chunk, data []byte, err error))
+	// BatchReads reports whether FetchMany saves requests; if not, Prefetch keeps
+	// to one fetch per chunk.
+	BatchReads() bool
+}
+
+// prefetchBatch is Prefetch through a BatchSource: the chunks not cached go in one
+// background batch, taking one prefetch slot. Each is registered with the
+// singleflight group, so a reader that misses on one of them waits for the batch
+// instead of fetching it again.
+func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(n int64)) {
+	var todo []blockmap.Chunk
+	seen := map[digest.Digest]bool{}
+	c.mu.Lock()
+	for _, ch := range cs {
+		key := ch.Digest.String()
+		_, inMem := c.mem[key]
+		_, onDisk := c.disk[key]
+		if !inMem && !onDisk && !seen[ch.Digest] {
+			seen[ch.Digest] = true
+			todo = append(todo, ch)
+		}
+	}
+	c.mu.Unlock()
+	if len(todo) == 0 {
+		return
+	}
+	select {
+	case c.prefetch <- struct{}{}:
+	default:
+		return
+	}
+	c.pfMu.Lock()
+	if c.closed {
+		c.pfMu.Unlock()
+		<-c.prefetch
+		return
+	}
+	c.pfWG.Add(1)
+	c.pfMu.Unlock()
+	type delivery struct {
+		data []byte
+		err  error
+	}
+	results := make(map[digest.Digest]chan delivery, len(todo))
+	waits := make([]<-chan singleflight.Result, len(todo))
+	me := c.tok.Add(1)
+	// Registered before returning, so a reader that misses on one of these chunks
+	// from now on joins the batch. If a reader is loading one already, DoChan joins
+	// that load and the batch's copy is dropped.
+	for i, ch := range todo {
+		r := make(chan delivery, 1)
+		results[ch.Digest] = r
+		waits[i] = c.sf.DoChan(ch.Digest.String(), func() (any, error) {
+			d := <-r
+			if d.err != nil {
+				return nil, d.err
+			}
+			return c.fetchedChunk(ch, d.data, me)
+		})
+	}
+	go func() {
+		defer func() { <-c.prefetch; c.pfWG.Done() }()
+		bs.FetchMany(context.Background(), todo, func(ch blockmap.Chunk, data []byte, err error) {
+			if r, ok := results[ch.Digest]; ok {
+				r <- delivery{data, err}
+			}
+		})
+		for _, w := range waits {
+			v := <-w
+			if v.Err != nil {
+				continue
+			}
+			if r := v.Val.(*result); r.leader == me && r.fetched > 0 {
+				c.prefetched.Add(1)
+				if fetched != nil {
+					fetched(r.fetched)
+				}
+			}
+		}
+	}()
 }
 
 // Put adds a chunk the caller already holds (e.g. one it just uploaded), verified.

@@ -33,6 +33,7 @@ type Fetcher struct {
 
 	fetched  atomic.Int64
 	requests atomic.Int64
+	batches  atomic.Int64 // batch reads of several chunks (FetchMany)
 	retries  atomic.Int64
 	failures atomic.Int64
 }

@@ -42,6 +42,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentPutSame", testConcurrentPutSame},
 		{"CancelledContext", testCancelled},
 		{"Corruption", testCorruption},
+		{"BatchGet", testBatchGet},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
