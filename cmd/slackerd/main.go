@@ -150,6 +150,7 @@ func run(cfg config.Daemon) error {
 		var l net.Listener
 		if err == nil {
 			defer sn.Close()
+			go sn.Warm(ctx)
 			snapSrv, l, err = snapshotter.Listen(r.SnapshotterSocket, sn, log)
 		}
 		if err != nil {

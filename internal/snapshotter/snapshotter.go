@@ -622,6 +622,16 @@ func writeFileAtomic(path string, b []byte) error {
 	return nil
 }
 
+// Warm makes the blank base ahead of the first pull (slackerd calls it in the
+// background at start): a cold node then clones it in O(1) when containerd prepares
+// its first layer, instead of running mkfs in the pull. A Prepare that arrives while
+// it runs waits for it rather than making a second one.
+func (s *Snapshotter) Warm(ctx context.Context) {
+	if _, err := s.blankBase(ctx); err != nil {
+		s.log.Warn("blank-base-warm-failed", "err", err, "action", "made on the first pull instead")
+	}
+}
+
 // blankBase returns the blank ext4 snapshot first layers start from: mkfs, with
 // lost+found removed (a layer never has it, and containerd compares trees exactly).
 // It is made once and remembered in base.json.
