@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 )
@@ -28,6 +29,11 @@ var (
 type Info struct {
 	Digest digest.Digest
 	Size   int64
+	// ModTime is when the object was stored (for a Put of an object that already
+	// existed, the first time), as the backend knows it; zero if it does not.
+	// Garbage collection never deletes an object younger than its grace period,
+	// and treats an object of unknown age as young.
+	ModTime time.Time
 }
 
 // Store is a content-addressed object store.

@@ -3,6 +3,7 @@ package faultstore
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -318,4 +319,60 @@ func Only(ds ...digest.Digest) func(digest.Digest) bool {
 		set[d] = true
 	}
 	return func(d digest.Digest) bool { return set[d] }
+}
+
+var _ store.Refs = (*Store)(nil)
+
+// refs returns the inner store's records, or an error wrapping
+// errors.ErrUnsupported.
+func (s *Store) refs() (store.Refs, error) {
+	r, ok := s.inner.(store.Refs)
+	if !ok {
+		return nil, fmt.Errorf("faultstore: the inner store keeps no records: %w", errors.ErrUnsupported)
+	}
+	return r, nil
+}
+
+func (s *Store) PutRef(ctx context.Context, name string, b []byte) error {
+	r, err := s.refs()
+	if err != nil {
+		return err
+	}
+	if _, err := s.before(ctx, OpRefs, "", false); err != nil {
+		return err
+	}
+	return r.PutRef(ctx, name, b)
+}
+
+func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
+	r, err := s.refs()
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.before(ctx, OpRefs, "", false); err != nil {
+		return nil, err
+	}
+	return r.GetRef(ctx, name)
+}
+
+func (s *Store) ListRefs(ctx context.Context, prefix string, fn func(string) error) error {
+	r, err := s.refs()
+	if err != nil {
+		return err
+	}
+	if _, err := s.before(ctx, OpRefs, "", false); err != nil {
+		return err
+	}
+	return r.ListRefs(ctx, prefix, fn)
+}
+
+func (s *Store) DeleteRef(ctx context.Context, name string) error {
+	r, err := s.refs()
+	if err != nil {
+		return err
+	}
+	if _, err := s.before(ctx, OpRefs, "", false); err != nil {
+		return err
+	}
+	return r.DeleteRef(ctx, name)
 }

@@ -130,7 +130,7 @@ func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
 	if err != nil {
 		return store.Info{}, fmt.Errorf("stat %s: %w", d, mapErr(err))
 	}
-	return store.Info{Digest: d, Size: fi.Size()}, nil
+	return store.Info{Digest: d, Size: fi.Size(), ModTime: fi.ModTime()}, nil
 }
 
 func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
@@ -162,7 +162,7 @@ func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
 			if err != nil {
 				return fmt.Errorf("list %s: %w", d, err)
 			}
-			if err := fn(store.Info{Digest: d, Size: fi.Size()}); err != nil {
+			if err := fn(store.Info{Digest: d, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
 				return err
 			}
 		}

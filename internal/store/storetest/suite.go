@@ -43,6 +43,8 @@ func Run(t *testing.T, h Harness) {
 		{"CancelledContext", testCancelled},
 		{"Corruption", testCorruption},
 		{"BatchGet", testBatchGet},
+		{"ModTime", testModTime},
+		{"Refs", testRefs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
