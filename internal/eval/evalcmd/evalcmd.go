@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slacker-dev/slacker/internal/eval"
+	"github.com/slacker-dev/slacker/internal/eval/analysis"
 	"github.com/slacker-dev/slacker/internal/eval/micro"
 	"github.com/slacker-dev/slacker/internal/eval/report"
 	"github.com/slacker-dev/slacker/internal/eval/storage"
@@ -33,6 +34,7 @@ type common struct {
 // Items are the evaluation's items, in report order.
 func Items() []report.Item {
 	return []report.Item{
+		{Name: "analysis", Load: load[analysis.Results]},
 		{Name: "micro", Load: load[micro.Results]},
 		{Name: "storage", Load: load[storage.Results]},
 	}
@@ -71,7 +73,7 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
 	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
-	cmd.AddCommand(newReport(c), newMicro(c), newStorage(c))
+	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newStorage(c))
 	return cmd
 }
 
@@ -267,5 +269,44 @@ an image whose bottom layer holds one random file per --sizes; a 1-byte append t
 	f.IntVar(&o.OpensPerLayer, "opens", 10, "files opened per layer and run")
 	f.StringSliceVar(&sizes, "sizes", []string{"4KiB", "64KiB", "1MiB", "16MiB", "64MiB", "256MiB"}, "sizes of the files appended to")
 	f.StringSliceVar(&o.Skip, "skip", nil, "parts to skip: open, append")
+	return cmd
+}
+
+// DefaultWorkloads is the shared HelloBench workloads file, when run from the
+// repository's checkout next to shared/.
+const DefaultWorkloads = "/work/shared/hellobench/workloads.toml"
+
+func newAnalysis(c *common) *cobra.Command {
+	var o analysis.Options
+	cmd := &cobra.Command{
+		Use:   "analysis",
+		Short: "Workload analysis of the HelloBench corpus: sizes vs bytes read, dedup, layer depth, repeat reads (Slacker §4)",
+		Long: `Reads every layer of the workloads' images in the corpus: compressed and uncompressed
+sizes, files and directories per layer depth, gzip against file-level and 4 KiB-block
+deduplication per image and across all images. Then (unless --static) runs each
+workload under Slacker on a cold node until ready, twice on the same node, and reads
+from each container's volume which 4 KiB blocks of the image it read: bytes read at
+start-up, and the second run's reads that the first run's cache would serve.
+--static needs neither root nor daemons.`,
+		Example: `  slacker bench eval analysis --static --workloads shared/hellobench/workloads.toml
+  slacker bench eval analysis --workloads shared/hellobench/workloads.toml --runs 2`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if !o.Static {
+				if o.Binaries, err = c.bins(); err != nil {
+					return err
+				}
+			}
+			o.Dir, o.CorpusDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("analysis"), c.corpus, c.runsOr(1), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := analysis.Run(cmd.Context(), o)
+			return c.finish(cmd, "analysis", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file")
+	f.StringSliceVar(&o.Only, "only", nil, "analyse only these workloads")
+	f.BoolVar(&o.Static, "static", false, "corpus only: no start-up runs (no root)")
 	return cmd
 }

@@ -177,7 +177,9 @@ func size(w, h int) (int, int) {
 func header(c *canvas, w, h int, title string) {
 	c.f(`<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" %s font-size="12">`+"\n", w, h, w, h, font)
 	c.f(`<rect width="%d" height="%d" fill="white"/>`+"\n", w, h)
-	c.f(`<text x="%d" y="18" text-anchor="middle" font-size="14" font-weight="bold">%s</text>`+"\n", w/2, esc(title))
+	// Shrink a long title to fit the width (bold glyphs are about 0.6 em wide).
+	fs := math.Min(14, float64(w-16)/(0.6*float64(max(len([]rune(title)), 1))))
+	c.f(`<text x="%d" y="18" text-anchor="middle" font-size="%.1f" font-weight="bold">%s</text>`+"\n", w/2, fs, esc(title))
 }
 
 // legendWidth is the width a series' legend entry takes.
@@ -326,11 +328,12 @@ func (ch *LineChart) SVG() string {
 // SVG renders the chart.
 func (ch *BarChart) SVG() string {
 	w, h := size(ch.Width, ch.Height)
-	rot := len(ch.Categories) > 8
 	maxLabel := 0
 	for _, cat := range ch.Categories {
 		maxLabel = max(maxLabel, len([]rune(cat)))
 	}
+	// Rotate the category labels when they would not fit side by side.
+	rot := 7*float64(maxLabel) > (float64(w)-90)/float64(max(len(ch.Categories), 1))
 	left, right, bottom := 70.0, float64(w)-20, float64(h)-44
 	top := 32 + 16*float64(max(legendRows(ch.Series, left, right), 1))
 	if rot {

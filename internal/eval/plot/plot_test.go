@@ -100,10 +100,17 @@ func TestBarChart(t *testing.T) {
 	if n := wellFormed(t, st.SVG()); n["rect"] != 2+6 {
 		t.Fatalf("stacked bars: %v", n)
 	}
-	many := &BarChart{Title: "rotated", Categories: strings.Split("a,b,c,d,e,f,g,h,i,j", ","), Series: []Series{{Y: make([]float64, 10)}}}
+	many := &BarChart{Title: "rotated", Categories: strings.Split("debian-standard,web-framework,prometheus,hello-world,c,d,e,f,g,h", ","), Series: []Series{{Y: make([]float64, 10)}}}
 	if svg := many.SVG(); !strings.Contains(svg, "rotate(-45") {
 		t.Fatal("many categories should rotate their labels")
 	}
 	empty := &BarChart{Title: "empty"}
 	wellFormed(t, empty.SVG())
+}
+
+func TestShortLabelsStayLevel(t *testing.T) {
+	ch := &BarChart{Title: "level", Categories: []string{"a", "b", "c"}, Series: []Series{{Y: []float64{1, 2, 3}}}}
+	if strings.Contains(ch.SVG(), "rotate(-45") {
+		t.Fatal("three short labels rotated")
+	}
 }
