@@ -76,7 +76,7 @@ type Results struct {
 	Images        []Image    `json:"images"`
 	Corpus        Corpus     `json:"corpus"`
 	// StartMethod says how bytes read at start-up were measured.
-	StartMethod string   `json:"start_method,omitempty"`
+	StartMethod  string   `json:"start_method,omitempty"`
 	SlackerdArgs []string `json:"slackerd_args,omitempty"`
 }
 
@@ -212,9 +212,11 @@ func (r *Results) static(ctx context.Context, o Options, ws []*workload.Workload
 
 // TopShare, BottomShare and LargestShare are the shares of the image's file bytes in
 // its top, bottom and largest layer (NaN for an image without file bytes).
-func (im Image) TopShare() float64     { return im.share(im.depthBytes(0)) }
-func (im Image) BottomShare() float64  { return im.share(im.depthBytes(len(im.DepthBytes) - 1)) }
-func (im Image) LargestShare() float64 { return im.share(slices.Max(append([]int64{0}, im.DepthBytes...))) }
+func (im Image) TopShare() float64    { return im.share(im.depthBytes(0)) }
+func (im Image) BottomShare() float64 { return im.share(im.depthBytes(len(im.DepthBytes) - 1)) }
+func (im Image) LargestShare() float64 {
+	return im.share(slices.Max(append([]int64{0}, im.DepthBytes...)))
+}
 
 func (im Image) depthBytes(i int) int64 {
 	if i < 0 || i >= len(im.DepthBytes) {

@@ -22,7 +22,9 @@ func (im Image) median(f func(Start) float64) float64 {
 }
 
 // Read is the median distinct bytes read at start-up.
-func (im Image) Read() float64 { return im.median(func(s Start) float64 { return float64(s.ReadBytes) }) }
+func (im Image) Read() float64 {
+	return im.median(func(s Start) float64 { return float64(s.ReadBytes) })
+}
 
 // Fetched is the median bytes the node fetched for the first container.
 func (im Image) Fetched() float64 {
