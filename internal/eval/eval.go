@@ -2,6 +2,7 @@ package eval
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -225,4 +226,18 @@ func Lines(path string) ([]string, error) {
 		out = append(out, sc.Text())
 	}
 	return out, sc.Err()
+}
+
+// Command runs a program to completion; a failure (or a non-zero exit) is an error
+// carrying the end of its output.
+func Command(ctx context.Context, name string, args ...string) error {
+	out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
+	if err != nil {
+		s := strings.TrimSpace(string(out))
+		if len(s) > 800 {
+			s = "..." + s[len(s)-800:]
+		}
+		return fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, s)
+	}
+	return nil
 }

@@ -26,19 +26,46 @@ type LayerFunc func(dir string) error
 // BuildImage writes an image of the given layers into the OCI layout at dir, tagged
 // name, unless the layout already has that tag (name images by what they hold, so a
 // present tag is the same image). It returns the image as systems publish it.
-func BuildImage(ctx context.Context, dir, name string, layers []LayerFunc) (system.Image, error) {
+func BuildImage(ctx context.Context, dir, name string, fills []LayerFunc) (system.Image, error) {
 	l, err := corpus.OpenLayout(dir)
 	if err != nil {
 		return system.Image{}, err
 	}
-	tags, err := l.Tags()
-	if err != nil {
-		return system.Image{}, err
+	layers := make([]layerBlob, len(fills))
+	build := func() error {
+		work, err := os.MkdirTemp(dir, "build-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(work)
+		for i, fill := range fills {
+			ld := filepath.Join(work, fmt.Sprint(i))
+			if err := os.Mkdir(ld, 0o755); err != nil {
+				return err
+			}
+			if err := fill(ld); err != nil {
+				return fmt.Errorf("image %s layer %d: %w", name, i+1, err)
+			}
+			b, err := corpus.WriteLayerFromDir(ctx, ld, l.BlobsDir())
+			if err != nil {
+				return fmt.Errorf("image %s layer %d: %w", name, i+1, err)
+			}
+			os.RemoveAll(ld)
+			layers[i] = layerBlob{b}
+		}
+		return nil
 	}
-	if d, ok := tags[name]; ok {
-		m, _, err := l.Manifest(d)
-		if err == nil {
-			img := system.Image{Name: name, Layout: dir, Tag: name}
+	return assemble(l, name, layers, build)
+}
+
+// assemble returns the image tagged name in l if present; otherwise it runs build
+// (which fills layers) and writes the config, manifest and tag.
+func assemble(l *corpus.Layout, name string, layers []layerBlob, build func() error) (system.Image, error) {
+	img := system.Image{Name: name, Layout: l.Dir, Tag: name}
+	if tags, err := l.Tags(); err != nil {
+		return img, err
+	} else if d, ok := tags[name]; ok {
+		if m, _, err := l.Manifest(d); err == nil {
 			for _, ld := range m.Layers {
 				img.CompressedBytes += ld.Size
 				if ann, ok := ld.Annotations["org.slacker.eval.usize"]; ok {
@@ -50,29 +77,14 @@ func BuildImage(ctx context.Context, dir, name string, layers []LayerFunc) (syst
 			return img, nil
 		}
 	}
-	work, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return system.Image{}, err
+	if err := build(); err != nil {
+		return img, err
 	}
-	defer os.RemoveAll(work)
 	created := v1.Time{Time: time.Date(2015, 6, 1, 0, 0, 0, 0, time.UTC)}
 	cfg := v1.ConfigFile{Architecture: "amd64", OS: "linux", Created: created, RootFS: v1.RootFS{Type: "layers"},
 		Config: v1.Config{Cmd: []string{"/bin/true"}, Labels: map[string]string{"org.slacker.eval.image": name}}}
 	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1}
-	img := system.Image{Name: name, Layout: dir, Tag: name}
-	for i, fill := range layers {
-		ld := filepath.Join(work, fmt.Sprint(i))
-		if err := os.Mkdir(ld, 0o755); err != nil {
-			return img, err
-		}
-		if err := fill(ld); err != nil {
-			return img, fmt.Errorf("image %s layer %d: %w", name, i+1, err)
-		}
-		b, err := corpus.WriteLayerFromDir(ctx, ld, l.BlobsDir())
-		if err != nil {
-			return img, fmt.Errorf("image %s layer %d: %w", name, i+1, err)
-		}
-		os.RemoveAll(ld)
+	for i, b := range layers {
 		d, err := v1.NewHash(b.Digest)
 		if err != nil {
 			return img, err
@@ -120,3 +132,34 @@ func RandomFile(path string, size int64, seed uint64) error {
 	}
 	return f.Close()
 }
+
+// SynthImage writes the corpus builder's synthetic image of spec (the paper's
+// random images: files of random bytes, the same bytes for the same spec) into the
+// evaluation's OCI layout at dir, unless it is there, so the HelloBench corpus is
+// never written to.
+func SynthImage(ctx context.Context, dir string, spec corpus.SynthSpec) (system.Image, error) {
+	if err := spec.Validate(); err != nil {
+		return system.Image{}, err
+	}
+	if spec.Name == "" {
+		spec.Name = spec.DefaultName()
+	}
+	l, err := corpus.OpenLayout(dir)
+	if err != nil {
+		return system.Image{}, err
+	}
+	layers := make([]layerBlob, spec.Layers)
+	build := func() error {
+		for i := range layers {
+			b, err := corpus.WriteSynthLayer(ctx, spec, i, l.BlobsDir())
+			if err != nil {
+				return err
+			}
+			layers[i] = layerBlob{b}
+		}
+		return nil
+	}
+	return assemble(l, spec.Name, layers, build)
+}
+
+type layerBlob struct{ corpus.Blob }

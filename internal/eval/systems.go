@@ -127,27 +127,6 @@ func CorpusImage(c *corpus.Corpus, name string) (system.Image, error) {
 	return system.Image{}, fmt.Errorf("no image %q in the corpus %s", name, c.Dir())
 }
 
-// Synth returns the synthetic image of spec, generating it unless the corpus has it
-// (a synthetic image is named after its spec, and the same spec gives the same
-// bytes).
-func Synth(ctx context.Context, c *corpus.Corpus, spec corpus.SynthSpec) (system.Image, error) {
-	if spec.Name == "" {
-		spec.Name = spec.DefaultName()
-	}
-	if tags, err := c.Layout.Tags(); err == nil {
-		if _, ok := tags[spec.Name]; ok {
-			if img, err := CorpusImage(c, spec.Name); err == nil {
-				return img, nil
-			}
-		}
-	}
-	rec, err := c.Synth(ctx, spec)
-	if err != nil {
-		return system.Image{}, err
-	}
-	return system.Image{Name: rec.Name, Layout: c.Layout.Dir, Tag: rec.Name, DataBytes: rec.USize, CompressedBytes: rec.Size}, nil
-}
-
 // SizeTag renders n for image names: the largest binary unit that divides it
 // ("16mib", "4kib", "1000").
 func SizeTag(n int64) string {

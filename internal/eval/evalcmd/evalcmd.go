@@ -16,6 +16,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/eval/analysis"
 	"github.com/slacker-dev/slacker/internal/eval/micro"
 	"github.com/slacker-dev/slacker/internal/eval/report"
+	"github.com/slacker-dev/slacker/internal/eval/scale"
 	"github.com/slacker-dev/slacker/internal/eval/storage"
 	"github.com/slacker-dev/slacker/internal/units"
 )
@@ -36,6 +37,7 @@ func Items() []report.Item {
 	return []report.Item{
 		{Name: "analysis", Load: load[analysis.Results]},
 		{Name: "micro", Load: load[micro.Results]},
+		{Name: "scale", Load: load[scale.Results]},
 		{Name: "storage", Load: load[storage.Results]},
 	}
 }
@@ -73,7 +75,7 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
 	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
-	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newStorage(c))
+	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newStorage(c))
 	return cmd
 }
 
@@ -191,7 +193,7 @@ xfsprogs and btrfs-progs.`,
 			if o.Binaries, err = needBins(c, o.Targets, "overlayfs", "slacker"); err != nil {
 				return err
 			}
-			o.Dir, o.CorpusDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("storage"), c.corpus, c.runsOr(1), c.seed, c.daemonArgs
+			o.Dir, o.ImagesDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("storage"), c.images, c.runsOr(1), c.seed, c.daemonArgs
 			o.Progress = c.progress(cmd)
 			res, err := storage.Run(cmd.Context(), o)
 			return c.finish(cmd, "storage", nilIfEmpty(res), err)
@@ -308,5 +310,39 @@ start-up, and the second run's reads that the first run's cache would serve.
 	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file")
 	f.StringSliceVar(&o.Only, "only", nil, "analyse only these workloads")
 	f.BoolVar(&o.Static, "static", false, "corpus only: no start-up runs (no root)")
+	return cmd
+}
+
+func newScale(c *common) *cobra.Command {
+	var o scale.Options
+	var sizes []string
+	cmd := &cobra.Command{
+		Use:   "scale",
+		Short: "1 to 32 concurrent pushes and pulls of synthetic images, Slacker vs overlayfs (Fig 10, 23)",
+		Long: `For each image size and each N of --counts: N synthetic images (one random file each)
+pushed at once to an empty registry, then pulled at once on a cold node; the time
+until all complete, for containerd + overlayfs and Slacker. Slacker's images are
+converted once beforehand (timed apart). Needs root; disk: the images (count x size,
+kept in --images) plus about three copies of the largest trial under --work.`,
+		Example: `  slacker bench eval scale
+  slacker bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --counts 1,2,4,8 --runs 3`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Sizes, err = sizesFlag(sizes); err != nil {
+				return err
+			}
+			if o.Binaries, err = c.bins(); err != nil {
+				return err
+			}
+			o.Dir, o.ImagesDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("scale"), c.images, c.runsOr(1), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := scale.Run(cmd.Context(), o)
+			return c.finish(cmd, "scale", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&sizes, "sizes", []string{"1MiB", "10MiB", "100MiB"}, "image sizes")
+	f.IntSliceVar(&o.Counts, "counts", []int{1, 2, 4, 8, 16, 32}, "numbers of images at once")
 	return cmd
 }

@@ -19,8 +19,9 @@ import (
 // Options configure a run.
 type Options struct {
 	// Dir holds the loop files, mounts and the two systems' state; emptied first.
-	Dir       string
-	CorpusDir string
+	Dir string
+	// ImagesDir is the evaluation's OCI layout (the image holding the files).
+	ImagesDir string
 	Binaries  eval.Binaries
 	// Jobs jobs at queue depth Depth, each on its own file of FileSize bytes.
 	Jobs     int
@@ -140,17 +141,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if err := os.RemoveAll(o.Dir); err != nil {
 		return nil, err
 	}
-	c, err := corpus.Open(corpus.Options{Dir: o.CorpusDir})
-	if err != nil {
-		return nil, err
-	}
 	o.Progress.Printf("synthetic image: %d files of %s", o.Jobs, corpus.HumanBytes(o.FileSize))
-	img, err := eval.Synth(ctx, c, corpus.SynthSpec{Files: o.Jobs, Size: o.FileSize, Layers: 1, Seed: 7,
+	img, err := eval.SynthImage(ctx, o.ImagesDir, corpus.SynthSpec{Files: o.Jobs, Size: o.FileSize, Layers: 1, Seed: 7,
 		Name: fmt.Sprintf("%s-%dx%s", imageName, o.Jobs, eval.SizeTag(o.FileSize))})
 	if err != nil {
 		return nil, err
 	}
-	blob, err := layerBlob(c, img.Tag)
+	blob, err := layerBlob(img)
 	if err != nil {
 		return nil, err
 	}
@@ -307,20 +304,24 @@ func sizeName(bs int64) string {
 	return fmt.Sprint(bs)
 }
 
-// layerBlob is the path of the single layer blob of the image tagged tag.
-func layerBlob(c *corpus.Corpus, tag string) (string, error) {
-	tags, err := c.Layout.Tags()
+// layerBlob is the path of the single layer blob of img.
+func layerBlob(img system.Image) (string, error) {
+	l, err := corpus.OpenLayout(img.Layout)
 	if err != nil {
 		return "", err
 	}
-	m, _, err := c.Layout.Manifest(tags[tag])
+	tags, err := l.Tags()
+	if err != nil {
+		return "", err
+	}
+	m, _, err := l.Manifest(tags[img.Tag])
 	if err != nil {
 		return "", err
 	}
 	if len(m.Layers) != 1 {
-		return "", fmt.Errorf("image %s has %d layers, want 1", tag, len(m.Layers))
+		return "", fmt.Errorf("image %s has %d layers, want 1", img.Tag, len(m.Layers))
 	}
-	return c.Layout.BlobPath(m.Layers[0].Digest.String()), nil
+	return l.BlobPath(m.Layers[0].Digest.String()), nil
 }
 
 // sysTarget is a container root of a system, fresh and cold for every open.

@@ -1,0 +1,56 @@
+package scale
+
+import (
+	"errors"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/slacker-dev/slacker/internal/bench/system"
+	"github.com/slacker-dev/slacker/internal/eval"
+)
+
+func TestParallel(t *testing.T) {
+	var n atomic.Int32
+	took, err := parallel(8, func(i int) error {
+		n.Add(1)
+		time.Sleep(20 * time.Millisecond)
+		if i == 3 {
+			return errors.New("three")
+		}
+		return nil
+	})
+	if n.Load() != 8 || err == nil || err.Error() != "three" {
+		t.Fatalf("ran %d, err %v", n.Load(), err)
+	}
+	if took < 20*time.Millisecond {
+		t.Fatalf("returned before all finished: %v", took)
+	}
+	if check(system.RunResult{ExitCode: 2, Stderr: "no"}, nil) == nil || check(system.RunResult{}, nil) != nil {
+		t.Fatal("check")
+	}
+}
+
+func TestSection(t *testing.T) {
+	r := &Results{Meta: eval.NewMeta("scale"), Sizes: []int64{1 << 20, 100 << 20}, Counts: []int{1, 32}, Runs: 1,
+		Convert: []Convert{{Size: 1 << 20, Seconds: 0.5}}}
+	for _, size := range r.Sizes {
+		for _, n := range r.Counts {
+			r.Samples = append(r.Samples,
+				Sample{System: "overlayfs", Op: "pull", Size: size, Count: n, Seconds: float64(n) * float64(size) / 1e8},
+				Sample{System: "slacker", Op: "pull", Size: size, Count: n, Seconds: 0.1 * float64(n)},
+				Sample{System: "slacker", Op: "push", Size: size, Count: n, Error: "boom", Seconds: 1})
+		}
+	}
+	sec := r.Section()
+	if len(sec.Figures) != 2 || len(sec.Tables[0].Rows) != 4 {
+		t.Fatalf("%d figures, %d rows", len(sec.Figures), len(sec.Tables[0].Rows))
+	}
+	last := sec.Tables[0].Rows[3]
+	if last[0] != "32" || last[3] != "-" || last[5] != "33.6" || last[6] != "3.2" || last[7] != "10.5x" {
+		t.Fatalf("row %v", last)
+	}
+	if len(sec.Headlines) != 2 {
+		t.Fatalf("headlines %v", sec.Headlines)
+	}
+}
