@@ -30,7 +30,20 @@ type SnapshotOptions struct {
 	OnChunk func(c blockmap.Chunk, data []byte)
 	// Progress, if set, is called after each chunk with the bytes done and total.
 	Progress func(done, total int64)
+	// Prepare, if set, is called with every chunk the snapshot will name that is
+	// not its base's, once they are all hashed and before any call to the store;
+	// an error stops the snapshot. The node lists them in its lease (package gc),
+	// so a collection cannot take a chunk this snapshot is about to reuse.
+	Prepare func(ctx context.Context, chunks []blockmap.Chunk) error
+	// BeforeMap, if set, is called once every chunk is in the store, before the
+	// map is written. If it returns again, every chunk is checked (and uploaded if
+	// missing) once more, and BeforeMap is called again (the node's fence against
+	// a collection that ran meanwhile).
+	BeforeMap func(ctx context.Context) (again bool, err error)
 }
+
+// maxRechecks bounds the passes BeforeMap can ask for.
+const maxRechecks = 8
 
 // SnapshotResult describes a snapshot taken.
 type SnapshotResult struct {
@@ -85,9 +98,10 @@ func (v *Volume) Snapshot(ctx context.Context, st store.Store, opts SnapshotOpti
 	}
 
 	res := &SnapshotResult{DeltaBytes: total}
+	// Hash first, holding no data: the chunks are known (and can be leased)
+	// before the store is asked about any of them.
 	patchesOf := make([][]blockmap.Patch, len(pieces))
-	var done, newBytes, zeroBytes atomic.Int64
-	var newChunks, reused atomic.Int64
+	var zeroBytes atomic.Int64
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(parallel)
 	for i, pc := range pieces {
@@ -107,38 +121,94 @@ func (v *Volume) Snapshot(ctx context.Context, st store.Store, opts SnapshotOpti
 				if zero {
 					zeroBytes.Add(n)
 				} else {
-					data := buf[pos : pos+n]
-					c := blockmap.Chunk{Digest: digest.FromBytes(data), Size: n}
-					ok, err := store.Exists(gctx, st, c.Digest)
-					if err != nil {
-						return fmt.Errorf("snapshot: %w", err)
-					}
-					if ok {
-						reused.Add(1)
-					} else {
-						if err := st.Put(gctx, c.Digest, n, bytes.NewReader(data)); err != nil {
-							return fmt.Errorf("snapshot: upload chunk at %d: %w", pc.off+pos, err)
-						}
-						newChunks.Add(1)
-						newBytes.Add(n)
-					}
-					if opts.OnChunk != nil {
-						opts.OnChunk(c, data)
-					}
-					p.Chunk = c
+					p.Chunk = blockmap.Chunk{Digest: digest.FromBytes(buf[pos : pos+n]), Size: n}
 				}
 				patchesOf[i] = append(patchesOf[i], p)
 				pos += n
 			}
-			d := done.Add(pc.length)
-			if opts.Progress != nil {
-				opts.Progress(d, total)
-			}
-			return nil
+			return gctx.Err()
 		})
 	}
 	if err := g.Wait(); err != nil {
 		return nil, err
+	}
+	if opts.Prepare != nil {
+		seen := map[digest.Digest]bool{}
+		var chunks []blockmap.Chunk
+		for _, ps := range patchesOf {
+			for _, p := range ps {
+				if p.Chunk.Digest != "" && !seen[p.Chunk.Digest] {
+					seen[p.Chunk.Digest] = true
+					chunks = append(chunks, p.Chunk)
+				}
+			}
+		}
+		if err := opts.Prepare(ctx, chunks); err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+	}
+	var newBytes, newChunks, reused atomic.Int64
+	// upload checks every chunk and uploads those the store lacks, reading their
+	// bytes from the delta again (writes wait while a snapshot runs).
+	upload := func(first bool) error {
+		var done atomic.Int64
+		g, gctx := errgroup.WithContext(ctx)
+		g.SetLimit(parallel)
+		for i, pc := range pieces {
+			g.Go(func() error {
+				for _, p := range patchesOf[i] {
+					if p.Chunk.Digest == "" {
+						continue
+					}
+					data := make([]byte, p.Length)
+					if _, err := v.data.ReadAt(data, p.Offset); err != nil {
+						return fmt.Errorf("snapshot: read delta at %d: %w", p.Offset, err)
+					}
+					ok, err := store.Exists(gctx, st, p.Chunk.Digest)
+					if err != nil {
+						return fmt.Errorf("snapshot: %w", err)
+					}
+					if ok {
+						if first {
+							reused.Add(1)
+						}
+					} else {
+						if err := st.Put(gctx, p.Chunk.Digest, p.Length, bytes.NewReader(data)); err != nil {
+							return fmt.Errorf("snapshot: upload chunk at %d: %w", p.Offset, err)
+						}
+						newChunks.Add(1)
+						newBytes.Add(p.Length)
+					}
+					if first && opts.OnChunk != nil {
+						opts.OnChunk(p.Chunk, data)
+					}
+				}
+				d := done.Add(pc.length)
+				if first && opts.Progress != nil {
+					opts.Progress(d, total)
+				}
+				return nil
+			})
+		}
+		return g.Wait()
+	}
+	if err := upload(true); err != nil {
+		return nil, err
+	}
+	for pass := 0; opts.BeforeMap != nil; pass++ {
+		again, err := opts.BeforeMap(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if !again {
+			break
+		}
+		if pass == maxRechecks {
+			return nil, fmt.Errorf("snapshot: garbage collections kept running while its chunks were checked %d times; try again", pass)
+		}
+		if err := upload(false); err != nil {
+			return nil, err
+		}
 	}
 	var patches []blockmap.Patch
 	for _, ps := range patchesOf {
