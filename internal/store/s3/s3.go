@@ -192,13 +192,19 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 	}
 	// The signed x-amz-content-sha256 is the digest itself: the server refuses a
 	// body that does not hash to it, so a damaged transfer never becomes the object.
-	_, err := s.core.PutObject(cctx, s.o.Bucket, s.Key(d), body, size, "", d.Encoded(), minio.PutObjectOptions{
-		ContentType: "application/octet-stream", DisableContentSha256: true, DisableMultipart: true,
-	})
+	// If-None-Match: * keeps the first copy (and its modification time, which
+	// garbage collection goes by); a server without conditional writes overwrites
+	// it with the same bytes.
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true, DisableMultipart: true}
+	opts.SetMatchETagExcept("*")
+	_, err := s.core.PutObject(cctx, s.o.Bucket, s.Key(d), body, size, "", d.Encoded(), opts)
 	if vr != nil {
 		if verr := vr.failure(); verr != nil && errors.Is(verr, store.ErrCorrupt) {
 			return fmt.Errorf("put %s: %w", d, verr)
 		}
+	}
+	if code := errCode(err); code == "PreconditionFailed" || code == "ConditionalRequestConflict" {
+		return nil // stored already
 	}
 	if err != nil {
 		return fmt.Errorf("put %s: %w", d, s.mapErr(ctx, cctx, err))
@@ -277,7 +283,7 @@ func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
 	if err != nil {
 		return store.Info{}, fmt.Errorf("stat %s: %w", d, s.mapErr(ctx, cctx, err))
 	}
-	return store.Info{Digest: d, Size: info.Size}, nil
+	return store.Info{Digest: d, Size: info.Size, ModTime: info.LastModified.Truncate(time.Second)}, nil
 }
 
 func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
@@ -294,7 +300,8 @@ func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
 		if !ok || d.Validate() != nil || !strings.HasPrefix(hex, dir) || len(dir) != 2 {
 			continue // not ours (a stray key); never report it as an object
 		}
-		if err := fn(store.Info{Digest: d, Size: obj.Size}); err != nil {
+		// HEAD gives whole seconds, listings milliseconds: say the same in both.
+		if err := fn(store.Info{Digest: d, Size: obj.Size, ModTime: obj.LastModified.Truncate(time.Second)}); err != nil {
 			return err
 		}
 	}

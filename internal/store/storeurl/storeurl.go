@@ -1,6 +1,7 @@
 // Package storeurl opens a store.Store from a location string, the one place that
 // knows every backend: a plain path or local:PATH (the embedded local directory
-// store), s3://HOST/BUCKET[/PREFIX] (package s3). Other schemes are refused with a
+// store), s3://HOST/BUCKET[/PREFIX] (package s3), registry://HOST/REPOSITORY (package
+// ocistore: chunks packed into blobs of an OCI registry). Other schemes are refused with a
 // message listing what is supported. The display form never shows a secret.
 package storeurl
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/store/ocistore"
 	"github.com/slacker-dev/slacker/internal/store/s3"
 )
 
@@ -32,8 +34,14 @@ func Open(location string) (store.Store, string, error) {
 			return nil, "", err
 		}
 		return s, s.String(), nil
+	case strings.HasPrefix(location, "registry://"):
+		s, err := ocistore.Open(location)
+		if err != nil {
+			return nil, "", err
+		}
+		return s, s.String(), nil
 	case strings.Contains(location, "://"):
-		return nil, "", fmt.Errorf("store %q: unsupported scheme (supported: a directory path, local:PATH, file://PATH, s3://HOST/BUCKET[/PREFIX])", redact(location))
+		return nil, "", fmt.Errorf("store %q: unsupported scheme (supported: a directory path, local:PATH, file://PATH, s3://HOST/BUCKET[/PREFIX], registry://HOST/REPOSITORY)", redact(location))
 	case location == "":
 		return nil, "", fmt.Errorf("no store given")
 	default:

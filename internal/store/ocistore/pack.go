@@ -1,0 +1,141 @@
+package ocistore
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/slacker-dev/slacker/internal/store"
+)
+
+// Media types and annotations of a pack manifest (see docs/stores.md).
+const (
+	// PackMediaType is the artifact type of a pack manifest and the media type of
+	// its one layer, the pack blob: objects laid end to end.
+	PackMediaType = "application/vnd.slacker.pack.v1"
+	// ObjectsAnnotation lists the pack's objects in blob order: "<hex>:<size>,...".
+	// Each object starts where the previous one ends.
+	ObjectsAnnotation = "dev.slacker.pack.objects"
+	// MaxManifestSize bounds a pack manifest (registries refuse more than 4 MiB).
+	MaxManifestSize = 4 << 20
+)
+
+// emptyJSON is the OCI empty descriptor's content, the config of every pack.
+var (
+	emptyJSON   = []byte("{}")
+	emptyDigest = digest.FromBytes(emptyJSON)
+)
+
+// tagRE matches the tag of a pack: "p-" and the pack blob's hex digest.
+var tagRE = regexp.MustCompile(`^p-[0-9a-f]{64}$`)
+
+// packTag is the tag naming the pack whose blob is d: identical packs made by two
+// nodes get one tag and one manifest, and a tag never moves to other content.
+func packTag(d digest.Digest) string { return "p-" + d.Encoded() }
+
+// entry is one object of a pack.
+type entry struct {
+	d         digest.Digest
+	off, size int64
+}
+
+// pack is a decoded pack manifest.
+type pack struct {
+	blob     digest.Digest // the pack blob
+	size     int64
+	entries  []entry
+	created  time.Time
+	manifest digest.Digest // the manifest's own digest (to delete it)
+}
+
+// encodeManifest makes the manifest of a pack blob holding entries, in order.
+func encodeManifest(blob digest.Digest, entries []entry, created time.Time) ([]byte, error) {
+	var b strings.Builder
+	var size int64
+	for i, e := range entries {
+		if e.off != size {
+			return nil, fmt.Errorf("pack %s: object %d at %d, want %d", blob, i, e.off, size)
+		}
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(e.d.Encoded())
+		b.WriteByte(':')
+		b.WriteString(strconv.FormatInt(e.size, 10))
+		size += e.size
+	}
+	m := ocispec.Manifest{
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: PackMediaType,
+		Config:       ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: emptyDigest, Size: int64(len(emptyJSON))},
+		Layers:       []ocispec.Descriptor{{MediaType: PackMediaType, Digest: blob, Size: size}},
+		Annotations: map[string]string{
+			ObjectsAnnotation:         b.String(),
+			ocispec.AnnotationCreated: created.UTC().Format(time.RFC3339),
+		},
+	}
+	m.SchemaVersion = 2
+	out, err := json.Marshal(m)
+	if err != nil {
+		return nil, err
+	}
+	if len(out) > MaxManifestSize {
+		return nil, fmt.Errorf("pack %s: manifest of %d bytes over %d: %w", blob, len(out), MaxManifestSize, store.ErrInvalid)
+	}
+	return out, nil
+}
+
+// decodeManifest parses and checks a pack manifest. Everything in it comes from
+// the registry, so nothing is trusted: the objects must tile the blob exactly.
+func decodeManifest(b []byte) (*pack, error) {
+	if len(b) > MaxManifestSize {
+		return nil, fmt.Errorf("pack manifest of %d bytes over %d: %w", len(b), MaxManifestSize, store.ErrCorrupt)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("pack manifest: %v: %w", err, store.ErrCorrupt)
+	}
+	if m.SchemaVersion != 2 || m.ArtifactType != PackMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != PackMediaType {
+		return nil, fmt.Errorf("pack manifest: not a Slacker pack (artifact type %q, %d layers): %w", m.ArtifactType, len(m.Layers), store.ErrCorrupt)
+	}
+	l := m.Layers[0]
+	if store.CheckDigest(l.Digest) != nil || l.Size < 0 {
+		return nil, fmt.Errorf("pack manifest: pack blob %q of %d bytes: %w", l.Digest, l.Size, store.ErrCorrupt)
+	}
+	p := &pack{blob: l.Digest, size: l.Size, manifest: digest.FromBytes(b)}
+	if t, err := time.Parse(time.RFC3339, m.Annotations[ocispec.AnnotationCreated]); err == nil {
+		p.created = t
+	}
+	list := m.Annotations[ObjectsAnnotation]
+	if list == "" {
+		return nil, fmt.Errorf("pack %s: no objects: %w", l.Digest, store.ErrCorrupt)
+	}
+	var off int64
+	for item := range strings.SplitSeq(list, ",") {
+		hex, sz, ok := strings.Cut(item, ":")
+		d := digest.NewDigestFromEncoded(digest.SHA256, hex)
+		size, err := strconv.ParseInt(sz, 10, 64)
+		if !ok || d.Validate() != nil || err != nil || size < 0 || size > l.Size-off || strconv.FormatInt(size, 10) != sz {
+			return nil, fmt.Errorf("pack %s: bad object %q at %d: %w", l.Digest, truncate(item), off, store.ErrCorrupt)
+		}
+		p.entries = append(p.entries, entry{d: d, off: off, size: size})
+		off += size
+	}
+	if off != l.Size {
+		return nil, fmt.Errorf("pack %s: objects cover %d of its %d bytes: %w", l.Digest, off, l.Size, store.ErrCorrupt)
+	}
+	return p, nil
+}
+
+func truncate(s string) string {
+	if len(s) > 80 {
+		return s[:80] + "…"
+	}
+	return s
+}

@@ -1,0 +1,919 @@
+package ocistore
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/authn"
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slacker-dev/slacker/internal/store"
+)
+
+// Options configure a Store. Zero values take the defaults shown.
+type Options struct {
+	// Repository is HOST[:PORT]/PATH, e.g. registry.example.com/slacker/chunks.
+	Repository string
+	// Insecure speaks plain HTTP to any registry (loopback and private addresses
+	// always get it, as Docker does).
+	Insecure bool
+	// Keychain finds credentials (authn.DefaultKeychain: the Docker config and its
+	// credential helpers).
+	Keychain authn.Keychain
+	// Transport carries the requests (a pooled http.Transport). Tests and fault
+	// injection wrap it.
+	Transport http.RoundTripper
+	// Timeout bounds each call whose ctx has no earlier deadline (2m); a Get's
+	// bound covers the reading of its body.
+	Timeout time.Duration
+	// PackSize: a pack being filled is sent when it reaches this size (4 MiB).
+	PackSize int64
+	// SoloSize: objects at least this big get a pack of their own (1 MiB).
+	SoloSize int64
+	// MaxFlushes is how many packs may upload at once (4).
+	MaxFlushes int
+	// MaxAge: a Stat that finds an object in an index older than this refreshes
+	// the index first, so deletions by other nodes are seen within MaxAge (30s).
+	MaxAge time.Duration
+	// BufferLimit is the largest object Put holds in memory (64 MiB); larger ones
+	// are streamed into a pack of their own.
+	BufferLimit int64
+	// RangeGap and MaxRange shape GetBatch's requests: objects of one pack less
+	// than RangeGap apart are read in one ranged request of at most MaxRange
+	// (64 KiB, 8 MiB).
+	RangeGap, MaxRange int64
+	Logger             *slog.Logger
+}
+
+// Store is a store.Store in a repository of an OCI registry. See the package doc.
+type Store struct {
+	o    Options
+	c    *client
+	repo name.Repository
+	log  *slog.Logger
+
+	mu    sync.Mutex
+	packs map[digest.Digest]*packState // by pack blob digest
+	where map[digest.Digest][]location // object -> where it is
+
+	rmu    sync.Mutex
+	flight *refreshFlight
+	fresh  time.Time // start of the last refresh that succeeded
+
+	bmu      sync.Mutex
+	open     *batch   // being filled
+	ready    []*batch // full, waiting for an upload slot
+	pending  map[digest.Digest]*batch
+	inflight int
+	cfgReady bool // the empty config blob is known to exist
+
+	refs refNames
+}
+
+type packState struct {
+	*pack
+	added time.Time // when this node learnt of it
+}
+
+type location struct {
+	blob      digest.Digest
+	off, size int64
+	created   time.Time
+}
+
+var (
+	_ store.Store       = (*Store)(nil)
+	_ store.BatchGetter = (*Store)(nil)
+)
+
+// New returns a store for the repository in o. It sends no request: the registry
+// may be away when the store is opened.
+func New(o Options) (*Store, error) {
+	var nopts []name.Option
+	if o.Insecure {
+		nopts = append(nopts, name.Insecure)
+	}
+	repo, err := name.NewRepository(o.Repository, nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("registry store: repository %q: %w", o.Repository, err)
+	}
+	if o.Keychain == nil {
+		o.Keychain = authn.DefaultKeychain
+	}
+	if o.Transport == nil {
+		o.Transport = defaultTransport()
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = 2 * time.Minute
+	}
+	if o.PackSize <= 0 {
+		o.PackSize = 4 << 20
+	}
+	if o.SoloSize <= 0 {
+		o.SoloSize = 1 << 20
+	}
+	if o.MaxFlushes <= 0 {
+		o.MaxFlushes = 4
+	}
+	if o.MaxAge <= 0 {
+		o.MaxAge = 30 * time.Second
+	}
+	if o.BufferLimit <= 0 {
+		o.BufferLimit = 64 << 20
+	}
+	if o.RangeGap <= 0 {
+		o.RangeGap = 64 << 10
+	}
+	if o.MaxRange <= 0 {
+		o.MaxRange = 8 << 20
+	}
+	log := o.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Store{o: o, repo: repo, log: log, c: &client{repo: repo, keychain: o.Keychain, base: o.Transport},
+		packs: map[digest.Digest]*packState{}, where: map[digest.Digest][]location{},
+		pending: map[digest.Digest]*batch{}}, nil
+}
+
+func defaultTransport() http.RoundTripper {
+	return &http.Transport{
+		Proxy:                 http.ProxyFromEnvironment,
+		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+		ForceAttemptHTTP2:     true,
+		MaxIdleConns:          256,
+		MaxIdleConnsPerHost:   64, // fetch parallelism plus prefetch
+		IdleConnTimeout:       90 * time.Second,
+		TLSHandshakeTimeout:   10 * time.Second,
+		ExpectContinueTimeout: time.Second,
+		DisableCompression:    true, // chunks are verified byte for byte
+	}
+}
+
+// String is the store's location.
+func (s *Store) String() string { return "registry://" + s.repo.Name() }
+
+// Repository is where the packs are.
+func (s *Store) Repository() name.Repository { return s.repo }
+
+// bound gives ctx the store's per-call deadline unless it has an earlier one.
+func (s *Store) bound(ctx context.Context) (context.Context, context.CancelFunc) {
+	if dl, ok := ctx.Deadline(); ok && time.Until(dl) <= s.o.Timeout {
+		return context.WithCancel(ctx)
+	}
+	return context.WithTimeout(ctx, s.o.Timeout)
+}
+
+// --- the index -------------------------------------------------------------
+
+// lookup returns where d is, as far as this node knows.
+func (s *Store) lookup(d digest.Digest) (location, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ls := s.where[d]
+	if len(ls) == 0 {
+		return location{}, false
+	}
+	return ls[0], true
+}
+
+func (s *Store) addPackLocked(p *pack, added time.Time) {
+	if _, ok := s.packs[p.blob]; ok {
+		return
+	}
+	s.packs[p.blob] = &packState{pack: p, added: added}
+	for _, e := range p.entries {
+		s.where[e.d] = append(s.where[e.d], location{blob: p.blob, off: e.off, size: e.size, created: p.created})
+	}
+}
+
+func (s *Store) addPack(p *pack) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.addPackLocked(p, time.Now())
+}
+
+func (s *Store) dropPackLocked(blob digest.Digest) {
+	p, ok := s.packs[blob]
+	if !ok {
+		return
+	}
+	delete(s.packs, blob)
+	for _, e := range p.entries {
+		ls := slices.DeleteFunc(s.where[e.d], func(l location) bool { return l.blob == blob })
+		if len(ls) == 0 {
+			delete(s.where, e.d)
+		} else {
+			s.where[e.d] = ls
+		}
+	}
+}
+
+func (s *Store) dropPack(blob digest.Digest) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropPackLocked(blob)
+}
+
+type refreshFlight struct {
+	start time.Time
+	done  chan struct{}
+	err   error
+}
+
+// refreshSince returns once the index reflects a listing of the registry taken
+// at or after t. Concurrent callers share refreshes.
+func (s *Store) refreshSince(ctx context.Context, t time.Time) error {
+	for {
+		s.rmu.Lock()
+		if !s.fresh.Before(t) {
+			s.rmu.Unlock()
+			return nil
+		}
+		f := s.flight
+		if f == nil {
+			f = &refreshFlight{start: time.Now(), done: make(chan struct{})}
+			s.flight = f
+			go s.runRefresh(f)
+		}
+		s.rmu.Unlock()
+		select {
+		case <-f.done:
+		case <-ctx.Done():
+			return fmt.Errorf("refresh index of %s: %w", s, ctx.Err())
+		}
+		if f.err != nil && !f.start.Before(t) {
+			return f.err
+		}
+	}
+}
+
+// runRefresh runs one refresh, detached from any one caller's ctx.
+func (s *Store) runRefresh(f *refreshFlight) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+	defer cancel()
+	err := s.refresh(ctx, f.start)
+	s.rmu.Lock()
+	if err == nil && f.start.After(s.fresh) {
+		s.fresh = f.start
+	}
+	f.err = err
+	s.flight = nil
+	s.rmu.Unlock()
+	close(f.done)
+}
+
+// refresh lists the repository's pack tags, reads the manifests of packs it does
+// not know, and forgets packs that are gone.
+func (s *Store) refresh(ctx context.Context, start time.Time) error {
+	tags, err := s.c.tags(ctx)
+	if err != nil {
+		return fmt.Errorf("refresh index of %s: %w", s, err)
+	}
+	listed := map[digest.Digest]bool{}
+	var fresh []string
+	s.mu.Lock()
+	for _, t := range tags {
+		if !tagRE.MatchString(t) {
+			continue // not a pack (refs, or someone else's tag)
+		}
+		d := digest.NewDigestFromEncoded(digest.SHA256, t[2:])
+		listed[d] = true
+		if _, ok := s.packs[d]; !ok {
+			fresh = append(fresh, t)
+		}
+	}
+	s.mu.Unlock()
+	got := make([]*pack, len(fresh))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(8)
+	for i, tag := range fresh {
+		g.Go(func() error {
+			b, err := s.c.getManifest(gctx, tag)
+			if errors.Is(err, store.ErrNotFound) {
+				return nil // deleted since the listing
+			}
+			if err != nil {
+				return err
+			}
+			p, err := decodeManifest(b)
+			if err != nil || packTag(p.blob) != tag {
+				s.log.Warn("pack-manifest-invalid", "tag", tag, "err", err)
+				return nil // never trusted, never fatal to the rest
+			}
+			got[i] = p
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("refresh index of %s: %w", s, err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for d, p := range s.packs {
+		// A pack no longer listed was deleted, unless this node learnt of it
+		// after the listing began (its own new upload).
+		if !listed[d] && p.added.Before(start) {
+			s.dropPackLocked(d)
+		}
+	}
+	for _, p := range got {
+		if p != nil {
+			s.addPackLocked(p, time.Now())
+		}
+	}
+	return nil
+}
+
+// locate finds d, refreshing the index on a miss (and, when stat is set, when the
+// index is older than MaxAge).
+func (s *Store) locate(ctx context.Context, d digest.Digest, stat bool) (location, error) {
+	t := time.Now()
+	if l, ok := s.lookup(d); ok {
+		if !stat || s.freshWithin(s.o.MaxAge) {
+			return l, nil
+		}
+	}
+	if err := s.refreshSince(ctx, t); err != nil {
+		return location{}, err
+	}
+	if l, ok := s.lookup(d); ok {
+		return l, nil
+	}
+	return location{}, fmt.Errorf("%s: %w", d, store.ErrNotFound)
+}
+
+func (s *Store) freshWithin(age time.Duration) bool {
+	s.rmu.Lock()
+	defer s.rmu.Unlock()
+	return time.Since(s.fresh) <= age
+}
+
+// --- reads -----------------------------------------------------------------
+
+func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	if err := store.CheckDigest(d); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, err)
+	}
+	for attempt := 0; ; attempt++ {
+		l, err := s.locate(ctx, d, false)
+		if err != nil {
+			return nil, fmt.Errorf("get %s: %w", d, err)
+		}
+		if l.size == 0 {
+			return io.NopCloser(store.VerifyingReader(bytes.NewReader(nil), d, 0)), nil
+		}
+		cctx, cancel := s.bound(ctx)
+		rc, err := s.c.readRange(cctx, l.blob, l.off, l.size)
+		if errors.Is(err, store.ErrNotFound) && attempt == 0 {
+			// The pack went away (repacked by a Delete on some node): look again.
+			cancel()
+			s.dropPack(l.blob)
+			continue
+		}
+		if err != nil {
+			cancel()
+			return nil, fmt.Errorf("get %s: %w", d, err)
+		}
+		return &getReader{s: s, d: d, ctx: ctx, rc: rc, cancel: cancel, vr: store.VerifyingReader(rc, d, l.size)}, nil
+	}
+}
+
+// getReader verifies a Get's bytes as they stream and maps the errors of the read
+// (a connection cut mid-transfer, a deadline) once.
+type getReader struct {
+	s      *Store
+	d      digest.Digest
+	ctx    context.Context
+	rc     io.ReadCloser
+	cancel context.CancelFunc
+	vr     io.Reader
+}
+
+func (g *getReader) Read(p []byte) (int, error) {
+	n, err := g.vr.Read(p)
+	if err != nil && err != io.EOF && !errors.Is(err, store.ErrCorrupt) {
+		err = fmt.Errorf("get %s: %w", g.d, g.s.c.mapErr(g.ctx, "read", err))
+	}
+	return n, err
+}
+
+func (g *getReader) Close() error {
+	err := g.rc.Close()
+	g.cancel()
+	return err
+}
+
+func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error) {
+	if err := store.CheckDigest(d); err != nil {
+		return nil, err
+	}
+	// An object is the unit of verification: read it whole (one ranged request
+	// into its pack), check it, then cut.
+	b, err := store.ReadAll(ctx, s, d)
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 || length < 0 || off+length > int64(len(b)) {
+		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), store.ErrInvalid)
+	}
+	return b[off : off+length : off+length], nil
+}
+
+func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
+	if err := store.CheckDigest(d); err != nil {
+		return store.Info{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return store.Info{}, fmt.Errorf("stat %s: %w", d, err)
+	}
+	l, err := s.locate(ctx, d, true)
+	if err != nil {
+		return store.Info{}, fmt.Errorf("stat %s: %w", d, err)
+	}
+	return store.Info{Digest: d, Size: l.size, ModTime: l.created}, nil
+}
+
+func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
+	if err := s.refreshSince(ctx, time.Now()); err != nil {
+		return fmt.Errorf("list: %w", err)
+	}
+	s.mu.Lock()
+	infos := make([]store.Info, 0, len(s.where))
+	for d, ls := range s.where {
+		i := store.Info{Digest: d, Size: ls[0].size, ModTime: ls[0].created}
+		for _, l := range ls[1:] {
+			if l.created.Before(i.ModTime) {
+				i.ModTime = l.created
+			}
+		}
+		infos = append(infos, i)
+	}
+	s.mu.Unlock()
+	for _, i := range infos {
+		if err := ctx.Err(); err != nil {
+			return fmt.Errorf("list: %w", err)
+		}
+		if err := fn(i); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// GetBatch reads whole objects, several per ranged request where they lie close
+// together in one pack (store.BatchGetter).
+func (s *Store) GetBatch(ctx context.Context, ds []digest.Digest, fn func(d digest.Digest, data []byte, err error)) error {
+	var mu sync.Mutex
+	report := func(d digest.Digest, b []byte, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(d, b, err)
+	}
+	type want struct {
+		d digest.Digest
+		l location
+	}
+	var wants []want
+	var missing []digest.Digest
+	seen := map[digest.Digest]bool{}
+	for _, d := range ds {
+		if seen[d] {
+			continue
+		}
+		seen[d] = true
+		if err := store.CheckDigest(d); err != nil {
+			report(d, nil, err)
+			continue
+		}
+		if l, ok := s.lookup(d); ok {
+			wants = append(wants, want{d, l})
+		} else {
+			missing = append(missing, d)
+		}
+	}
+	if len(missing) > 0 {
+		err := s.refreshSince(ctx, time.Now())
+		for _, d := range missing {
+			l, ok := s.lookup(d)
+			switch {
+			case err != nil:
+				report(d, nil, fmt.Errorf("get %s: %w", d, err))
+			case !ok:
+				report(d, nil, fmt.Errorf("get %s: %w", d, store.ErrNotFound))
+			default:
+				wants = append(wants, want{d, l})
+			}
+		}
+	}
+	// Ranges: per pack, in blob order, merging neighbours.
+	slices.SortFunc(wants, func(a, b want) int {
+		if c := cmpDigest(a.l.blob, b.l.blob); c != 0 {
+			return c
+		}
+		return int(a.l.off - b.l.off)
+	})
+	type span struct {
+		blob       digest.Digest
+		start, end int64
+		objs       []want
+	}
+	var spans []*span
+	for _, w := range wants {
+		if n := len(spans); n > 0 {
+			sp := spans[n-1]
+			end := max(sp.end, w.l.off+w.l.size)
+			if sp.blob == w.l.blob && w.l.off-sp.end <= s.o.RangeGap && end-sp.start <= s.o.MaxRange {
+				sp.end, sp.objs = end, append(sp.objs, w)
+				continue
+			}
+		}
+		spans = append(spans, &span{blob: w.l.blob, start: w.l.off, end: w.l.off + w.l.size, objs: []want{w}})
+	}
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, sp := range spans {
+		g.Go(func() error {
+			buf, err := s.readSpan(gctx, sp.blob, sp.start, sp.end-sp.start)
+			if errors.Is(err, store.ErrNotFound) {
+				// The pack went away: read each object on its own, which looks again.
+				s.dropPack(sp.blob)
+				for _, w := range sp.objs {
+					b, err := store.ReadAllSized(gctx, s, w.d, w.l.size)
+					report(w.d, b, err)
+				}
+				return nil
+			}
+			for _, w := range sp.objs {
+				if err != nil {
+					report(w.d, nil, fmt.Errorf("get %s: %w", w.d, err))
+					continue
+				}
+				b := buf[w.l.off-sp.start : w.l.off-sp.start+w.l.size : w.l.off-sp.start+w.l.size]
+				if verr := store.Verify(w.d, b); verr != nil {
+					report(w.d, nil, verr)
+					continue
+				}
+				report(w.d, b, nil)
+			}
+			return nil
+		})
+	}
+	g.Wait()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("get batch: %w", err)
+	}
+	return nil
+}
+
+func cmpDigest(a, b digest.Digest) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// readSpan reads n bytes of blob at off into memory.
+func (s *Store) readSpan(ctx context.Context, blob digest.Digest, off, n int64) ([]byte, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	rc, err := s.c.readRange(cctx, blob, off, n)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	buf := make([]byte, n)
+	if _, err := io.ReadFull(rc, buf); err != nil {
+		return nil, s.c.mapErr(ctx, fmt.Sprintf("read blob %s [%d, +%d)", blob, off, n), err)
+	}
+	return buf, nil
+}
+
+// --- writes ----------------------------------------------------------------
+
+func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
+	if err := store.CheckDigest(d); err != nil {
+		return err
+	}
+	if size < 0 {
+		return fmt.Errorf("put %s: negative size %d: %w", d, size, store.ErrInvalid)
+	}
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if l, ok := s.lookup(d); ok && l.size == size && s.freshWithin(s.o.MaxAge) {
+		return nil // stored already (and not deleted as far as a recent listing knows)
+	}
+	if size > s.o.BufferLimit {
+		return s.putStream(ctx, d, size, r)
+	}
+	// Read and verify first: nothing that fails its digest joins a pack.
+	var buf bytes.Buffer
+	buf.Grow(int(size) + 1)
+	if _, err := buf.ReadFrom(io.LimitReader(store.VerifyingReader(r, d, size), size+1)); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	b := s.join(d, buf.Bytes())
+	select {
+	case <-b.done:
+		if b.err != nil {
+			return fmt.Errorf("put %s: %w", d, b.err)
+		}
+		return nil
+	case <-ctx.Done():
+		// The pack may still be stored; this Put just does not say so.
+		return fmt.Errorf("put %s: %w", d, ctx.Err())
+	}
+}
+
+// putStream stores an object too big to hold in memory as a pack of its own,
+// streamed: the pack blob is the object, so its digest is known before the bytes.
+func (s *Store) putStream(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	if err := s.ensureConfig(cctx); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if err := s.c.uploadBlobStream(cctx, d, size, store.VerifyingReader(r, d, size)); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	created := time.Now()
+	m, err := encodeManifest(d, []entry{{d: d, size: size}}, created)
+	if err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if err := s.c.putManifest(cctx, packTag(d), m); err != nil {
+		return fmt.Errorf("put %s: %w", d, err)
+	}
+	s.addPack(&pack{blob: d, size: size, entries: []entry{{d: d, size: size}}, created: created.UTC().Truncate(time.Second), manifest: digest.FromBytes(m)})
+	return nil
+}
+
+// batch is a pack being filled, then uploaded; its Puts wait for done.
+type batch struct {
+	objs  []pendingObject
+	bytes int64
+	done  chan struct{}
+	err   error
+}
+
+type pendingObject struct {
+	d    digest.Digest
+	data []byte
+}
+
+// join adds an object to the pack being filled (group commit: a pack uploads as
+// soon as no other is uploading, or when full; Puts arriving meanwhile fill the
+// next one). Objects of SoloSize or more get a pack of their own.
+func (s *Store) join(d digest.Digest, data []byte) *batch {
+	s.bmu.Lock()
+	defer s.bmu.Unlock()
+	if b := s.pending[d]; b != nil {
+		return b // the same object is on its way already
+	}
+	size := int64(len(data))
+	if size >= s.o.SoloSize {
+		b := &batch{objs: []pendingObject{{d, data}}, bytes: size, done: make(chan struct{})}
+		s.pending[d] = b
+		s.ready = append(s.ready, b)
+		s.kickLocked()
+		return b
+	}
+	if s.open != nil && s.open.bytes+size > s.o.PackSize {
+		s.ready = append(s.ready, s.open)
+		s.open = nil
+	}
+	if s.open == nil {
+		s.open = &batch{done: make(chan struct{})}
+	}
+	b := s.open
+	b.objs = append(b.objs, pendingObject{d, data})
+	b.bytes += size
+	s.pending[d] = b
+	if b.bytes >= s.o.PackSize {
+		s.ready = append(s.ready, b)
+		s.open = nil
+	}
+	s.kickLocked()
+	return b
+}
+
+func (s *Store) kickLocked() {
+	for s.inflight < s.o.MaxFlushes && len(s.ready) > 0 {
+		b := s.ready[0]
+		s.ready = s.ready[1:]
+		s.inflight++
+		go s.flush(b)
+	}
+	if s.inflight == 0 && s.open != nil {
+		b := s.open
+		s.open = nil
+		s.inflight++
+		go s.flush(b)
+	}
+}
+
+func (s *Store) flush(b *batch) {
+	err := s.uploadPack(b.objs)
+	s.bmu.Lock()
+	for _, o := range b.objs {
+		if s.pending[o.d] == b {
+			delete(s.pending, o.d)
+		}
+	}
+	s.inflight--
+	s.kickLocked()
+	s.bmu.Unlock()
+	b.err = err
+	close(b.done)
+}
+
+// uploadPack uploads objs as one pack (blob, then manifest) and adds it to the
+// index. Transient failures are retried a few times: the bytes are in memory.
+func (s *Store) uploadPack(objs []pendingObject) error {
+	ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+	defer cancel()
+	var blob []byte
+	entries := make([]entry, len(objs))
+	var off int64
+	for i, o := range objs {
+		entries[i] = entry{d: o.d, off: off, size: int64(len(o.data))}
+		off += int64(len(o.data))
+	}
+	if len(objs) == 1 {
+		blob = objs[0].data
+	} else {
+		blob = make([]byte, 0, off)
+		for _, o := range objs {
+			blob = append(blob, o.data...)
+		}
+	}
+	pd := digest.FromBytes(blob)
+	created := time.Now().UTC().Truncate(time.Second)
+	m, err := encodeManifest(pd, entries, created)
+	if err != nil {
+		return err
+	}
+	delay := 100 * time.Millisecond
+	for attempt := 1; ; attempt++ {
+		err = s.publish(ctx, pd, blob, m, len(objs) == 1)
+		if err == nil || !errors.Is(err, store.ErrUnavailable) || attempt == 3 || ctx.Err() != nil {
+			break
+		}
+		s.log.Warn("pack-upload-retry", "pack", pd, "attempt", attempt, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(delay):
+		}
+		delay *= 4
+	}
+	if err != nil {
+		return fmt.Errorf("upload pack %s of %d objects: %w", pd, len(objs), err)
+	}
+	s.addPack(&pack{blob: pd, size: off, entries: entries, created: created, manifest: digest.FromBytes(m)})
+	return nil
+}
+
+// publish makes a pack visible: the blob first, then the manifest that names it,
+// so a listed pack always has its data.
+func (s *Store) publish(ctx context.Context, pd digest.Digest, blob, manifest []byte, solo bool) error {
+	if err := s.ensureConfig(ctx); err != nil {
+		return err
+	}
+	exists := false
+	if solo { // an object may well be stored already as a pack of its own
+		var err error
+		if exists, err = s.c.headBlob(ctx, pd); err != nil {
+			return err
+		}
+	}
+	if !exists {
+		if err := s.c.uploadBlob(ctx, pd, blob); err != nil {
+			return err
+		}
+	}
+	if err := s.c.putManifest(ctx, packTag(pd), manifest); err != nil {
+		s.bmu.Lock()
+		s.cfgReady = false // in case the config blob went away
+		s.bmu.Unlock()
+		return err
+	}
+	return nil
+}
+
+// ensureConfig uploads the empty config blob every pack manifest names, once.
+func (s *Store) ensureConfig(ctx context.Context) error {
+	s.bmu.Lock()
+	ready := s.cfgReady
+	s.bmu.Unlock()
+	if ready {
+		return nil
+	}
+	ok, err := s.c.headBlob(ctx, emptyDigest)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		if err := s.c.uploadBlob(ctx, emptyDigest, emptyJSON); err != nil {
+			return err
+		}
+	}
+	s.bmu.Lock()
+	s.cfgReady = true
+	s.bmu.Unlock()
+	return nil
+}
+
+// Delete removes d: every pack holding it is replaced by a pack of its other
+// objects (read back and verified), then deleted (manifest, then blob).
+func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
+	if err := store.CheckDigest(d); err != nil {
+		return err
+	}
+	if err := s.refreshSince(ctx, time.Now()); err != nil {
+		return fmt.Errorf("delete %s: %w", d, err)
+	}
+	s.mu.Lock()
+	var holders []*pack
+	for _, l := range s.where[d] {
+		if p := s.packs[l.blob]; p != nil {
+			holders = append(holders, p.pack)
+		}
+	}
+	s.mu.Unlock()
+	if len(holders) == 0 {
+		return fmt.Errorf("delete %s: %w", d, store.ErrNotFound)
+	}
+	for _, p := range holders {
+		if err := s.repackWithout(ctx, p, d); err != nil {
+			return fmt.Errorf("delete %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) repackWithout(ctx context.Context, p *pack, d digest.Digest) error {
+	var rest []entry
+	for _, e := range p.entries {
+		if e.d != d {
+			rest = append(rest, e)
+		}
+	}
+	if len(rest) > 0 {
+		buf, err := s.readSpan(ctx, p.blob, 0, p.size)
+		if err != nil {
+			return fmt.Errorf("read pack %s to repack it: %w", p.blob, err)
+		}
+		var objs []pendingObject
+		seen := map[digest.Digest]bool{}
+		for _, e := range rest {
+			b := buf[e.off : e.off+e.size]
+			if err := store.Verify(e.d, b); err != nil {
+				return fmt.Errorf("pack %s holds a damaged object; not repacking it: %w", p.blob, err)
+			}
+			if !seen[e.d] {
+				seen[e.d] = true
+				objs = append(objs, pendingObject{e.d, b})
+			}
+		}
+		if err := s.uploadPack(objs); err != nil {
+			return err
+		}
+	}
+	cctx, cancel := s.bound(ctx)
+	defer cancel()
+	md, err := s.c.manifestDigest(cctx, packTag(p.blob))
+	if err == nil {
+		err = s.c.deleteManifest(cctx, md)
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return fmt.Errorf("delete pack %s: %w", p.blob, err)
+	}
+	s.dropPack(p.blob)
+	if p.blob != emptyDigest { // the config every manifest names
+		if err := s.c.deleteBlob(cctx, p.blob); err != nil {
+			return fmt.Errorf("delete pack blob %s: %w", p.blob, err)
+		}
+	}
+	return nil
+}

@@ -1,0 +1,487 @@
+package ocistore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/faultproxy"
+	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/storetest"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// One registry for the package's tests; each store gets its own repository.
+var (
+	reg     *services.Registry
+	regErr  error
+	regOnce sync.Once
+	regDir  string
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if reg != nil {
+		reg.Stop()
+	}
+	if regDir != "" {
+		os.RemoveAll(regDir)
+	}
+	os.Exit(code)
+}
+
+func registry(t testing.TB) *services.Registry {
+	t.Helper()
+	testutil.RequireTool(t, "docker-registry")
+	regOnce.Do(func() {
+		if regDir, regErr = os.MkdirTemp("", "slacker-ocistore-test-"); regErr != nil {
+			return
+		}
+		reg, regErr = services.StartRegistry(context.Background(), services.RegistryOptions{Dir: regDir})
+	})
+	if regErr != nil {
+		t.Fatalf("registry: %v", regErr)
+	}
+	return reg
+}
+
+func repoName(t testing.TB) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	n := strings.ToLower(strings.NewReplacer("/", "-", "_", "-").Replace(t.Name()))
+	if len(n) > 40 {
+		n = n[:40]
+	}
+	return "test/" + strings.Trim(n, "-") + "-" + hex.EncodeToString(b)
+}
+
+// newStore opens a store on a fresh repository (modify sets options).
+func newStore(t testing.TB, modify func(*Options)) *Store {
+	t.Helper()
+	o := Options{Repository: registry(t).Addr + "/" + repoName(t)}
+	if modify != nil {
+		modify(&o)
+	}
+	s, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// reopen opens a second store on the same repository, as another node would.
+func reopen(t testing.TB, s *Store, modify func(*Options)) *Store {
+	t.Helper()
+	o := s.o
+	o.Transport, o.Keychain = nil, nil
+	if modify != nil {
+		modify(&o)
+	}
+	s2, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s2
+}
+
+// corrupt flips a byte of object d inside its pack blob, in the registry's files.
+func corrupt(t *testing.T, s *Store, d digest.Digest) {
+	l, ok := s.lookup(d)
+	if !ok {
+		t.Fatalf("corrupt: %s is not in the index", d)
+	}
+	p := filepath.Join(reg.Dir, "data", "docker", "registry", "v2", "blobs", "sha256", l.blob.Encoded()[:2], l.blob.Encoded(), "data")
+	f, err := os.OpenFile(p, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	at := l.off + l.size/2
+	b := make([]byte, 1)
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x40
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSuite(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		modify func(*Options)
+	}{
+		{"default", nil},
+		// Tiny packs and a low solo bound: every path of group commit is taken.
+		{"smallpacks", func(o *Options) { o.PackSize, o.SoloSize = 8<<10, 64<<10 }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				New:     func(t *testing.T) store.Store { return newStore(t, tc.modify) },
+				Corrupt: func(t *testing.T, s store.Store, d digest.Digest) { corrupt(t, s.(*Store), d) },
+			})
+		})
+	}
+}
+
+func randBytes(n int) []byte {
+	b := make([]byte, n)
+	rand.Read(b)
+	return b
+}
+
+// putMany puts n random objects of size bytes concurrently and returns them.
+func putMany(t *testing.T, s *Store, n, size int) map[digest.Digest][]byte {
+	t.Helper()
+	objs := map[digest.Digest][]byte{}
+	for i := 0; i < n; i++ {
+		b := randBytes(size)
+		objs[digest.FromBytes(b)] = b
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, n)
+	for d, b := range objs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- s.Put(t.Context(), d, int64(len(b)), bytes.NewReader(b))
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return objs
+}
+
+func packTags(t *testing.T, s *Store) []string {
+	t.Helper()
+	tags, err := s.c.tags(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var packs []string
+	for _, tag := range tags {
+		if tagRE.MatchString(tag) {
+			packs = append(packs, tag)
+		}
+	}
+	return packs
+}
+
+// Concurrent Puts of small objects share packs; each object stays readable, from
+// this node and from another that only knows the registry.
+func TestGroupCommitPacks(t *testing.T) {
+	s := newStore(t, nil)
+	objs := putMany(t, s, 64, 16<<10)
+	packs := packTags(t, s)
+	t.Logf("64 objects in %d packs", len(packs))
+	if len(packs) == 0 || len(packs) >= 64 {
+		t.Fatalf("64 concurrent puts made %d packs; want fewer packs than objects", len(packs))
+	}
+	other := reopen(t, s, nil)
+	for d, b := range objs {
+		for _, st := range []*Store{s, other} {
+			got, err := store.ReadAll(t.Context(), st, d)
+			if err != nil || !bytes.Equal(got, b) {
+				t.Fatalf("read %s: %v", d, err)
+			}
+		}
+	}
+	n := 0
+	if err := other.List(t.Context(), func(store.Info) error { n++; return nil }); err != nil || n != 64 {
+		t.Fatalf("list on another node: %d objects (%v), want 64", n, err)
+	}
+}
+
+// A Put that returned on one node is visible at once on another node whose
+// index is older.
+func TestVisibleAcrossNodes(t *testing.T) {
+	a := newStore(t, nil)
+	b := reopen(t, a, nil)
+	if err := b.List(t.Context(), func(store.Info) error { return nil }); err != nil {
+		t.Fatal(err) // b has an index now, empty
+	}
+	for i := 0; i < 5; i++ {
+		data := randBytes(1000 + i)
+		d, err := store.PutBytes(t.Context(), a, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.Stat(t.Context(), d); err != nil {
+			t.Fatalf("stat on node b right after the put on a: %v", err)
+		}
+		got, err := store.ReadAll(t.Context(), b, d)
+		if err != nil || !bytes.Equal(got, data) {
+			t.Fatalf("get on node b: %v", err)
+		}
+	}
+}
+
+// Deleting one object of a pack keeps its neighbours, on every node, and the
+// node that still holds the old pack in its index finds them in the new one.
+func TestDeleteRepacks(t *testing.T) {
+	a := newStore(t, func(o *Options) { o.MaxAge = time.Millisecond })
+	objs := putMany(t, a, 12, 4<<10)
+	b := reopen(t, a, nil)
+	var victim digest.Digest
+	for d := range objs {
+		victim = d
+		break
+	}
+	// Node b learns the packs, then node a deletes: b's index is stale.
+	if _, err := store.ReadAll(t.Context(), b, victim); err != nil {
+		t.Fatal(err)
+	}
+	before := len(packTags(t, a))
+	if err := a.Delete(t.Context(), victim); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range []*Store{a, b} {
+		if _, err := store.ReadAll(t.Context(), st, victim); !errors.Is(err, store.ErrNotFound) {
+			t.Fatalf("get of the deleted object: %v, want ErrNotFound", err)
+		}
+		for d, want := range objs {
+			if d == victim {
+				continue
+			}
+			got, err := store.ReadAll(t.Context(), st, d)
+			if err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("neighbour %s after the delete: %v", d, err)
+			}
+		}
+	}
+	if after := len(packTags(t, a)); after != before {
+		t.Logf("packs: %d before, %d after", before, after)
+	}
+	if err := a.Delete(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("second delete: %v", err)
+	}
+	// A node with a stale positive answer sees the delete within MaxAge.
+	c := reopen(t, a, func(o *Options) { o.MaxAge = time.Millisecond })
+	if _, err := c.Stat(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("stat on a third node: %v", err)
+	}
+}
+
+// countingTransport counts requests by method and path kind.
+type countingTransport struct {
+	rt     http.RoundTripper
+	ranged atomic.Int64
+	all    atomic.Int64
+}
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.all.Add(1)
+	if r.Header.Get("Range") != "" {
+		c.ranged.Add(1)
+	}
+	return c.rt.RoundTrip(r)
+}
+
+// GetBatch reads neighbours of one pack with one ranged request.
+func TestGetBatchCoalesces(t *testing.T) {
+	s := newStore(t, nil)
+	// Sequential puts into one pack: a batch of 32 objects put concurrently while
+	// an upload is held back.
+	objs := putMany(t, s, 32, 8<<10)
+	ct := &countingTransport{rt: defaultTransport()}
+	r := reopen(t, s, func(o *Options) { o.Transport = ct })
+	var ds []digest.Digest
+	for d := range objs {
+		ds = append(ds, d)
+	}
+	ds = append(ds, digest.FromString("absent"), ds[0]) // a missing one, a duplicate
+	got := map[digest.Digest][]byte{}
+	var missing int
+	err := r.GetBatch(t.Context(), ds, func(d digest.Digest, b []byte, err error) {
+		if _, dup := got[d]; dup {
+			t.Errorf("%s reported twice", d)
+		}
+		if errors.Is(err, store.ErrNotFound) {
+			missing++
+			got[d] = nil
+			return
+		}
+		if err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+		got[d] = b
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d, b := range objs {
+		if !bytes.Equal(got[d], b) {
+			t.Fatalf("%s: wrong bytes", d)
+		}
+	}
+	packs := len(packTags(t, s))
+	t.Logf("32 objects in %d packs, read with %d ranged requests (%d requests in all)", packs, ct.ranged.Load(), ct.all.Load())
+	if missing != 1 || ct.ranged.Load() > int64(packs) {
+		t.Fatalf("%d missing, %d ranged requests for %d packs; want 1 missing and at most one request per pack", missing, ct.ranged.Load(), packs)
+	}
+	// A corrupt object is reported as such; its neighbours are fine.
+	victim := ds[3]
+	corrupt(t, r, victim)
+	bad := 0
+	r.GetBatch(t.Context(), ds[:8], func(d digest.Digest, b []byte, err error) {
+		if errors.Is(err, store.ErrCorrupt) {
+			bad++
+			if d != victim {
+				t.Errorf("%s reported corrupt", d)
+			}
+		} else if err != nil {
+			t.Errorf("%s: %v", d, err)
+		}
+	})
+	if bad != 1 {
+		t.Fatalf("corrupt objects reported: %d, want 1", bad)
+	}
+}
+
+// A manifest under a pack tag that lies is ignored, never trusted.
+func TestHostilePackManifest(t *testing.T) {
+	s := newStore(t, nil)
+	good, err := store.PutBytes(t.Context(), s, []byte("good object"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := randBytes(100)
+	bd := digest.FromBytes(blob)
+	if err := s.c.uploadBlob(t.Context(), bd, blob); err != nil {
+		t.Fatal(err)
+	}
+	// Objects that claim more bytes than the blob has.
+	lie := digest.FromString("lie")
+	m, err := encodeManifest(bd, []entry{{d: lie, size: 100}}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m = bytes.Replace(m, []byte(lie.Encoded()+":100"), []byte(lie.Encoded()+":5000"), 1)
+	if err := s.c.putManifest(t.Context(), packTag(bd), m); err != nil {
+		t.Fatal(err)
+	}
+	other := reopen(t, s, nil)
+	if _, err := other.Stat(t.Context(), lie); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("object of a lying manifest: %v, want ErrNotFound", err)
+	}
+	if _, err := other.Stat(t.Context(), good); err != nil {
+		t.Fatalf("good object next to a lying manifest: %v", err)
+	}
+}
+
+func TestRegistryGone(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s, err := New(Options{Repository: addr + "/x/y"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := digest.FromString("x")
+	if _, err := s.Get(t.Context(), d); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("get: %v, want ErrUnavailable", err)
+	}
+	if err := s.Put(t.Context(), d, 1, strings.NewReader("x")); !errors.Is(err, store.ErrUnavailable) {
+		t.Errorf("put: %v, want ErrUnavailable", err)
+	}
+}
+
+// Token auth with credentials from the Docker config: the registry sits behind a
+// token service (the fault proxy's) that issues tokens only to the configured
+// user, and whose tokens expire after a few requests.
+func TestTokenAuthDockerConfig(t *testing.T) {
+	r := registry(t)
+	p, err := faultproxy.Start(faultproxy.Options{Target: r.Addr, HTTP: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	p.RequireTokens(&faultproxy.TokenAuth{TTL: time.Hour, User: "slacker", Password: "s3cret-pass", Uses: 7})
+	writeDockerConfig(t, p.Addr(), "slacker", "s3cret-pass")
+	repo := p.Addr() + "/" + repoName(t)
+	storetest.Run(t, storetest.Harness{New: func(t *testing.T) store.Store {
+		s, err := New(Options{Repository: p.Addr() + "/" + repoName(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}})
+	if p.Stats().Tokens < 2 {
+		t.Fatalf("%d tokens issued; want the expiring tokens to have been renewed", p.Stats().Tokens)
+	}
+	// Wrong credentials: access denied, said as such.
+	writeDockerConfig(t, p.Addr(), "slacker", "wrong")
+	s, err := New(Options{Repository: repo})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = s.Stat(t.Context(), digest.FromString("x"))
+	if err == nil || errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "docker login") {
+		t.Fatalf("with wrong credentials: %v; want access denied", err)
+	}
+}
+
+func writeDockerConfig(t *testing.T, host, user, pass string) {
+	dir := t.TempDir()
+	auth := base64.StdEncoding.EncodeToString([]byte(user + ":" + pass))
+	cfg := fmt.Sprintf(`{"auths": {%q: {"auth": %q}}}`, host, auth)
+	if err := os.WriteFile(filepath.Join(dir, "config.json"), []byte(cfg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("DOCKER_CONFIG", dir)
+}
+
+func TestParseLocation(t *testing.T) {
+	tests := []struct {
+		loc, wantErr string
+		want         Options
+	}{
+		{loc: "registry://127.0.0.1:5000/slacker/chunks", want: Options{Repository: "127.0.0.1:5000/slacker/chunks"}},
+		{loc: "registry://reg.example.com/a/b?insecure=1&timeout=10s&pack=8MiB&solo=2MiB",
+			want: Options{Repository: "reg.example.com/a/b", Insecure: true, Timeout: 10 * time.Second, PackSize: 8 << 20, SoloSize: 2 << 20}},
+		{loc: "registry://host/", wantErr: "want registry://"},
+		{loc: "registry://u:p@host/r", wantErr: "docker login"},
+		{loc: "registry://host/r?pack=huge", wantErr: "pack"},
+		{loc: "registry://host/r?x=1", wantErr: "unknown parameter"},
+	}
+	for _, tc := range tests {
+		got, err := ParseLocation(tc.loc)
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%s: %v, want error %q", tc.loc, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %+v, %v; want %+v", tc.loc, got, err, tc.want)
+		}
+	}
+	if _, err := New(Options{Repository: "UPPER/case"}); err == nil {
+		t.Error("an invalid repository name was accepted")
+	}
+}
