@@ -42,7 +42,7 @@ type Options struct {
 	// DryRun finds the garbage and deletes nothing.
 	DryRun bool
 	// Skew allows for clocks of nodes and collector to differ when judging a
-	// lease's expiry (default one minute).
+	// lease's expiry (zero: one minute; negative: none).
 	Skew   time.Duration
 	Logger *slog.Logger
 
@@ -119,8 +119,11 @@ func Collect(ctx context.Context, st store.Store, o Options) (*Report, error) {
 	if o.Grace < 0 {
 		return nil, fmt.Errorf("grace period %v is negative", o.Grace)
 	}
-	if o.Skew == 0 {
+	switch {
+	case o.Skew == 0:
 		o.Skew = time.Minute
+	case o.Skew < 0:
+		o.Skew = 0
 	}
 	if o.now == nil {
 		o.now = time.Now

@@ -47,6 +47,7 @@ type Config struct {
 	DefaultSize   int64       // virtual size of blank filesystems (default 10 GiB)
 	NoDirectIO    bool        // loop devices without O_DIRECT (the backing file gets a page cache)
 	Fetch         fetch.Options
+	Lease         LeaseConfig // the node's lease in the store (garbage collection)
 	Logger        *slog.Logger
 }
 
@@ -77,6 +78,7 @@ type Node struct {
 	fetcher *fetch.Fetcher
 	cache   *cache.Cache
 	fs      *fusefs.FS
+	lease   *leaser // nil if the store keeps no records
 
 	mapsMu sync.Mutex
 	maps   map[digest.Digest]*blockmap.Map
@@ -150,6 +152,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
 	if err := n.loadVolumes(ctx); err != nil {
+		n.Close(ctx)
+		return nil, err
+	}
+	if n.lease, err = startLeaser(n); err != nil {
 		n.Close(ctx)
 		return nil, err
 	}
@@ -380,6 +386,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 		return VolumeInfo{}, err
 	}
 	n.vols[id] = x
+	n.lease.poke()
 	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size)
 	return x.info(), nil
 }
@@ -559,11 +566,31 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 	if chunk == 0 {
 		chunk = n.cfg.ChunkSize
 	}
+	var up *upload // the snapshot's chunks in the node's lease
+	defer func() {
+		if up != nil {
+			up.end()
+		}
+	}()
 	// Uploads go through the fetcher's bounds: a store that hangs fails the
 	// snapshot after fetch.MaxWait instead of holding the frozen filesystem.
 	res, err := x.v.Snapshot(ctx, n.fetcher.Bounded(), volume.SnapshotOptions{
 		ChunkSize: chunk,
 		Progress:  opts.Progress,
+		Prepare: func(ctx context.Context, chunks []blockmap.Chunk) error {
+			if n.lease == nil {
+				return nil
+			}
+			var err error
+			up, err = n.lease.beginUpload(ctx, id, chunks)
+			return err
+		},
+		BeforeMap: func(ctx context.Context) (bool, error) {
+			if up == nil {
+				return false, nil
+			}
+			return up.clear(ctx)
+		},
 		OnChunk: func(c blockmap.Chunk, data []byte) {
 			// This node is likely to read what it just wrote: keep it cached.
 			if err := n.cache.Put(c, data); err != nil {
@@ -606,6 +633,7 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 	n.mu.Lock()
 	delete(n.vols, id)
 	n.mu.Unlock()
+	n.lease.poke()
 	x.v.Delete() // closes; its directory is already renamed
 	if err := os.RemoveAll(trash); err != nil {
 		return fmt.Errorf("delete volume %s: %w", id, err)
@@ -656,6 +684,7 @@ func (n *Node) Root() string { return n.cfg.Root }
 // Close unmounts every volume (keeping their records, so the next Open mounts them
 // again), closes them and unmounts the FUSE directory.
 func (n *Node) Close(ctx context.Context) error {
+	n.lease.close()
 	n.mu.Lock()
 	xs := make([]*vol, 0, len(n.vols))
 	for _, x := range n.vols {
