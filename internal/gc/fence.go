@@ -51,15 +51,23 @@ func (f *Fence) Clear(ctx context.Context) (bool, error) {
 		return true, nil
 	}
 	for cur.Active(f.now()) {
+		running := func() error {
+			return fmt.Errorf("a garbage collection of the store (epoch %d, on %s since %s) is still running: %w",
+				cur.Epoch, cur.Host, cur.Started.Format(time.RFC3339), context.Cause(ctx))
+		}
 		select {
 		case <-ctx.Done():
-			return false, fmt.Errorf("a garbage collection of the store (epoch %d, on %s since %s) is still running: %w",
-				cur.Epoch, cur.Host, cur.Started.Format(time.RFC3339), context.Cause(ctx))
+			return false, running()
 		case <-time.After(f.poll):
 		}
-		if cur, err = ReadState(ctx, f.refs); err != nil {
+		next, err := ReadState(ctx, f.refs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return false, running()
+			}
 			return false, err
 		}
+		cur = next
 	}
 	f.base, f.baseActive = cur, false
 	return false, nil
