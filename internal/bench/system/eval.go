@@ -40,3 +40,11 @@ func (c *Containerd) Socket() string {
 	}
 	return c.c.Socket
 }
+
+// PID is the running containerd's process ID (0 before Cold).
+func (c *Containerd) PID() int {
+	if c.c == nil {
+		return 0
+	}
+	return c.c.PID()
+}

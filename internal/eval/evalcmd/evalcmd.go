@@ -9,11 +9,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/slacker-dev/slacker/internal/eval"
 	"github.com/slacker-dev/slacker/internal/eval/analysis"
+	"github.com/slacker-dev/slacker/internal/eval/hpmapper"
 	"github.com/slacker-dev/slacker/internal/eval/micro"
 	"github.com/slacker-dev/slacker/internal/eval/report"
 	"github.com/slacker-dev/slacker/internal/eval/scale"
@@ -37,6 +39,7 @@ func Items() []report.Item {
 	return []report.Item{
 		{Name: "analysis", Load: load[analysis.Results]},
 		{Name: "micro", Load: load[micro.Results]},
+		{Name: "hpmapper", Load: load[hpmapper.Results]},
 		{Name: "scale", Load: load[scale.Results]},
 		{Name: "storage", Load: load[storage.Results]},
 	}
@@ -75,7 +78,7 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
 	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
-	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newStorage(c))
+	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newHPMapper(c), newStorage(c))
 	return cmd
 }
 
@@ -344,5 +347,47 @@ kept in --images) plus about three copies of the largest trial under --work.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&sizes, "sizes", []string{"1MiB", "10MiB", "100MiB"}, "image sizes")
 	f.IntSliceVar(&o.Counts, "counts", []int{1, 2, 4, 8, 16, 32}, "numbers of images at once")
+	return cmd
+}
+
+func newHPMapper(c *common) *cobra.Command {
+	var o hpmapper.Options
+	var limits []string
+	cmd := &cobra.Command{
+		Use:   "hpmapper",
+		Short: "64 containers from one image at once, cold: time, disk and store reads, page cache and daemon cache, Slacker vs overlayfs, with and without a memory limit",
+		Long: `HP-Mapper's experiment: start --containers containers of one HelloBench image at once
+on a cold node and wait until each prints its ready line; measure the time, the bytes
+the node read from the disk (blkio) and from Slacker's store, and its memory (page
+cache of the whole node's cgroups, slackerd's chunk cache, anonymous memory). Each
+--limits value runs it again with the containers' cgroup limited to that much memory
+(0: none). The daemons and containers run in cgroups under /slacker-eval-hp, removed
+at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
+		Example: `  slacker bench eval hpmapper --corpus /var/tmp/slacker-bench/corpus
+  slacker bench eval hpmapper --image tomcat --containers 16 --limits 0,2GiB`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Limits, err = sizesFlag(limits); err != nil {
+				return err
+			}
+			if o.Binaries, err = c.bins(); err != nil {
+				return err
+			}
+			o.Dir, o.CorpusDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("hpmapper"), c.corpus, c.runsOr(1), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := hpmapper.Run(cmd.Context(), o)
+			return c.finish(cmd, "hpmapper", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file")
+	f.StringVar(&o.Image, "image", "prometheus", "workload whose image is started")
+	f.StringSliceVar(&o.Args, "cmd", nil, "command instead of the workload's (comma-separated argv)")
+	f.StringVar(&o.Ready, "ready", "Server is ready to receive web requests", "regular expression of the line a container prints once ready (empty: the workload's log rule)")
+	f.IntVar(&o.Containers, "containers", 64, "containers started at once")
+	f.IntVar(&o.Parallel, "parallel", 0, "at most this many launching together (0: all)")
+	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on containers not ready by then")
+	f.StringSliceVar(&limits, "limits", []string{"0", "1GiB"}, "memory limits of the containers' cgroup (0: none)")
 	return cmd
 }

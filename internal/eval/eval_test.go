@@ -1,0 +1,84 @@
+package eval
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+func TestParseIOServiceLine(t *testing.T) {
+	for _, c := range []struct {
+		line string
+		r, w int64
+	}{
+		{"254:0 Read 52912128", 52912128, 0},
+		{"254:0 Write 4096", 0, 4096},
+		{"254:0 Total 52916224", 0, 0},
+		{"Total 52916224", 0, 0},
+		{"254:0 Read x", 0, 0},
+		{"", 0, 0},
+	} {
+		if r, w := ParseIOServiceLine(c.line); r != c.r || w != c.w {
+			t.Errorf("%q: %d %d, want %d %d", c.line, r, w, c.r, c.w)
+		}
+	}
+}
+
+func TestCgroupFiles(t *testing.T) {
+	root := t.TempDir()
+	old := CgroupRoot
+	CgroupRoot = root
+	t.Cleanup(func() { CgroupRoot = old })
+	cg := Cgroup("/eval/x")
+	if err := cg.Create(""); err != nil {
+		t.Fatal(err)
+	}
+	mem := filepath.Join(root, "memory", "eval", "x")
+	os.WriteFile(filepath.Join(mem, "memory.stat"), []byte("cache 10\nrss 5\ntotal_cache 100\ntotal_rss 50\nbad line here\n"), 0o644)
+	os.WriteFile(filepath.Join(mem, "memory.max_usage_in_bytes"), []byte("4096\n"), 0o644)
+	os.WriteFile(filepath.Join(mem, "memory.oom_control"), []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 0o644)
+	os.WriteFile(filepath.Join(root, "blkio", "eval", "x", "blkio.throttle.io_service_bytes_recursive"),
+		[]byte("254:0 Read 100\n254:0 Write 7\n254:0 Total 107\n7:1 Read 20\nTotal 127\n"), 0o644)
+	m, err := cg.MemoryStat()
+	if err != nil || m["total_cache"] != 100 || m["total_rss"] != 50 || m["max_usage_in_bytes"] != 4096 {
+		t.Fatalf("memory stat %v %v", m, err)
+	}
+	if cg.OOMKills() != 3 {
+		t.Fatal("oom kills")
+	}
+	if r, w, err := cg.IO(); err != nil || r != 120 || w != 7 {
+		t.Fatalf("io %d %d %v", r, w, err)
+	}
+	if cg.Child("c") != "/eval/x/c" {
+		t.Fatal(cg.Child("c"))
+	}
+	// Files cannot be removed from a real cgroup; here they make rmdir fail, so
+	// clear them to test the walk.
+	os.Remove(filepath.Join(mem, "memory.stat"))
+	os.Remove(filepath.Join(mem, "memory.max_usage_in_bytes"))
+	os.Remove(filepath.Join(mem, "memory.oom_control"))
+	os.Remove(filepath.Join(root, "blkio", "eval", "x", "blkio.throttle.io_service_bytes_recursive"))
+	os.MkdirAll(filepath.Join(root, "cpu", "eval", "x", "c", "hp-000"), 0o755)
+	if err := Cgroup("/eval").Remove(); err != nil {
+		t.Fatal(err)
+	}
+	for _, ctl := range []string{"memory", "blkio", "cpu"} {
+		if _, err := os.Stat(filepath.Join(root, ctl, "eval")); !os.IsNotExist(err) {
+			t.Fatalf("%s/eval left: %v", ctl, err)
+		}
+	}
+}
+
+func TestSizeTagAndRSS(t *testing.T) {
+	for n, want := range map[int64]string{16 << 20: "16mib", 4096: "4kib", 1 << 30: "1gib", 1000: "1000", 1536: "1536"} {
+		if got := SizeTag(n); got != want {
+			t.Errorf("SizeTag(%d) = %q, want %q", n, got, want)
+		}
+	}
+	if ProcRSS(os.Getpid()) <= 0 {
+		t.Fatal("own RSS")
+	}
+	if DeviceOf("/proc/self") == "" {
+		t.Fatal("no device for /proc")
+	}
+}
