@@ -162,3 +162,11 @@ func (c *Client) DropCaches(ctx context.Context, disk bool) error {
 	}
 	return c.do(ctx, "POST", "/v1/cache/drop"+q, nil, nil)
 }
+
+// TrimCache evicts the node cache's coldest chunks until its disk tier holds at
+// most keep bytes.
+func (c *Client) TrimCache(ctx context.Context, keep int64) (TrimCacheResult, error) {
+	var out TrimCacheResult
+	err := c.do(ctx, "POST", "/v1/cache/trim", TrimCacheRequest{KeepBytes: keep}, &out)
+	return out, err
+}

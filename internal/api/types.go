@@ -153,3 +153,15 @@ type NodeStats struct {
 	RSSBytes int64      `json:"rss_bytes"`
 	PeakRSS  int64      `json:"peak_rss_bytes"`
 }
+
+// TrimCacheRequest trims the node cache's disk tier to KeepBytes.
+type TrimCacheRequest struct {
+	KeepBytes int64 `json:"keep_bytes"`
+}
+
+// TrimCacheResult says what a trim removed.
+type TrimCacheResult struct {
+	Chunks int        `json:"chunks"`
+	Bytes  int64      `json:"bytes"`
+	Cache  CacheStats `json:"cache"`
+}

@@ -568,3 +568,28 @@ func (c *Cache) Purge() {
 	c.mem = map[string]*memEntry{}
 	c.memLRU = newLRU()
 }
+
+// Trim evicts the disk tier's coldest chunks until it holds at most keep bytes,
+// and returns how many chunks and bytes it removed. Every chunk can be fetched
+// again; chunks being read stay readable by those readers.
+func (c *Cache) Trim(keep int64) (chunks int, bytes int64) {
+	c.Flush()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for c.probation.bytes+c.protected.bytes > max(keep, 0) {
+		victim := c.probation.back()
+		if victim == nil {
+			victim = c.protected.back()
+		}
+		if victim == nil {
+			break
+		}
+		victim.seg.remove(victim)
+		delete(c.disk, victim.key)
+		os.Remove(c.path(digest.Digest(victim.key)))
+		c.evictions.Add(1)
+		chunks++
+		bytes += victim.size
+	}
+	return chunks, bytes
+}

@@ -63,6 +63,7 @@ func New(n *node.Node, o Options) *Server {
 	mux.HandleFunc("POST /v1/snapshots/mkfs", s.mkfs)
 	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	mux.HandleFunc("POST /v1/cache/drop", s.dropCache)
+	mux.HandleFunc("POST /v1/cache/trim", s.trimCache)
 	s.srv = &http.Server{Handler: s.logged(mux), ReadHeaderTimeout: 10 * time.Second}
 	return s
 }
@@ -277,6 +278,14 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	// The node keeps the maps it read; say so if the store no longer has one.
+	if ok, err := s.node.Stored(r.Context(), id); err != nil {
+		s.fail(w, r, err)
+		return
+	} else if !ok {
+		s.fail(w, r, fmt.Errorf("snapshot %s is no longer in the store (garbage collected?): %w", id, node.ErrNotFound))
+		return
+	}
 	writeJSON(w, 200, snapshotOf(m, id))
 }
 
@@ -312,4 +321,15 @@ func memory() (rss, peak int64) {
 		}
 	}
 	return rss, peak
+}
+
+func (s *Server) trimCache(w http.ResponseWriter, r *http.Request) {
+	var req api.TrimCacheRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	chunks, bytes := s.node.Cache().Trim(req.KeepBytes)
+	s.log.Info("cache-trimmed", "chunks", chunks, "bytes", bytes, "keep", req.KeepBytes)
+	writeJSON(w, 200, api.TrimCacheResult{Chunks: chunks, Bytes: bytes, Cache: api.CacheStats(s.node.Cache().Stats())})
 }

@@ -245,3 +245,9 @@ func (n *Node) bases() []digest.Digest {
 	}
 	return out
 }
+
+// Stored reports whether the store still holds snapshot id's block map: the node
+// keeps maps it has read, and a garbage collection may have removed one since.
+func (n *Node) Stored(ctx context.Context, id digest.Digest) (bool, error) {
+	return store.Exists(ctx, n.fetcher.Bounded(), id)
+}
