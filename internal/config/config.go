@@ -40,6 +40,12 @@ type Daemon struct {
 		Attempt  string `toml:"attempt_timeout"`
 		MaxWait  string `toml:"max_wait"`
 	} `toml:"fetch"`
+	// GC is the node's lease in the store, which garbage collection honours
+	// (docs/RELIABILITY.md).
+	GC struct {
+		LeaseInterval string `toml:"lease_interval"` // between refreshes (1m)
+		LeaseTTL      string `toml:"lease_ttl"`      // protection after the last refresh (24h)
+	} `toml:"gc"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
 	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
@@ -95,6 +101,7 @@ type Resolved struct {
 	CacheDisk                       string // "auto", "on" or "off"
 	FetchParallel                   int
 	Attempt, MaxWait                time.Duration
+	LeaseInterval, LeaseTTL         time.Duration
 }
 
 // Resolve checks d and parses its values.
@@ -163,6 +170,19 @@ func (d Daemon) Resolve() (Resolved, error) {
 		if r.MaxWait, err = time.ParseDuration(d.Fetch.MaxWait); err != nil {
 			return r, fmt.Errorf("fetch.max_wait: %w", err)
 		}
+	}
+	if d.GC.LeaseInterval != "" {
+		if r.LeaseInterval, err = time.ParseDuration(d.GC.LeaseInterval); err != nil || r.LeaseInterval <= 0 {
+			return r, fmt.Errorf("gc.lease_interval %q: want a positive duration such as 1m", d.GC.LeaseInterval)
+		}
+	}
+	if d.GC.LeaseTTL != "" {
+		if r.LeaseTTL, err = time.ParseDuration(d.GC.LeaseTTL); err != nil || r.LeaseTTL <= 0 {
+			return r, fmt.Errorf("gc.lease_ttl %q: want a positive duration such as 24h", d.GC.LeaseTTL)
+		}
+	}
+	if r.LeaseInterval > 0 && r.LeaseTTL > 0 && r.LeaseTTL < 2*r.LeaseInterval {
+		return r, fmt.Errorf("gc.lease_ttl %v must be at least twice gc.lease_interval %v", r.LeaseTTL, r.LeaseInterval)
 	}
 	if _, err := os.Stat(r.Root); err != nil && !os.IsNotExist(err) {
 		return r, err
