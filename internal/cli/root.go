@@ -103,6 +103,7 @@ It talks to slackerd, the node daemon, on ` + api.DefaultSocket + `.`,
 		newRun(e), newPs(e), newRm(e), newCommit(e), newStats(e), newInfo(e), newBench(e),
 	)
 	root.AddCommand(newDoctor(e))
+	root.AddCommand(newGC(e), newCheck(e))
 	return root
 }
 
