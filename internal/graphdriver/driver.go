@@ -80,8 +80,9 @@ type record struct {
 	ID     string `json:"id"`
 	Parent string `json:"parent,omitempty"`
 	RW     bool   `json:"rw,omitempty"` // made by CreateReadWrite: Get mounts it read-write
-	// Snapshot is the layer's content, unless Dirty.
-	Snapshot digest.Digest `json:"snapshot"`
+	// Snapshot is the layer's content, unless Dirty. Empty: a base layer whose blank
+	// filesystem is not made yet (a Slacker layer applied to it never needs one).
+	Snapshot digest.Digest `json:"snapshot,omitempty"`
 	// Volume is the node volume holding the layer while it is used (made at the first
 	// Get, a clone of Snapshot).
 	Volume string `json:"volume,omitempty"`
@@ -168,6 +169,7 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 				if err := n.DeleteVolume(ctx, v.ID); err != nil {
 					return nil, fmt.Errorf("graph driver: %w", err)
 				}
+				delete(vols, v.ID)
 				l.rec.Volume = ""
 			default:
 				used[v.ID] = true
@@ -185,7 +187,7 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 	}
 	for id := range vols {
 		if !used[id] {
-			if err := n.DeleteVolume(ctx, id); err != nil {
+			if err := n.DeleteVolume(ctx, id); err != nil && !errors.Is(err, node.ErrNotFound) {
 				return nil, fmt.Errorf("graph driver: %w", err)
 			}
 			d.log.Warn("graphdriver-orphan-volume-deleted", "volume", id)
@@ -295,18 +297,15 @@ func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storage
 	if d.Exists(id) {
 		return fmt.Errorf("%w: %s", ErrExists, id)
 	}
-	var snap digest.Digest
-	var err error
-	if parent == "" {
-		snap, err = d.base(ctx)
-	} else {
-		var p *layer
-		if p, err = d.lookup(parent); err == nil {
+	var snap digest.Digest // a base layer's blank filesystem is made when first needed
+	if parent != "" {
+		p, err := d.lookup(parent)
+		if err == nil {
 			snap, err = d.snapshotOf(ctx, p)
 		}
-	}
-	if err != nil {
-		return fmt.Errorf("create layer %s: %w", id, err)
+		if err != nil {
+			return fmt.Errorf("create layer %s: %w", id, err)
+		}
 	}
 	l := &layer{rec: record{ID: id, Parent: parent, RW: rw, Snapshot: snap, Created: time.Now().UTC()}}
 	d.mu.Lock()
@@ -331,7 +330,7 @@ func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error
 		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
 	}
 	if l.rec.Volume == "" || !l.rec.Dirty {
-		return l.rec.Snapshot, nil
+		return d.resolveLocked(ctx, l)
 	}
 	start := time.Now()
 	res, err := d.n.SnapshotVolume(ctx, l.rec.Volume, node.SnapshotOptions{})
@@ -354,6 +353,20 @@ func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error
 	}
 	d.log.Info("layer-snapshotted", "layer", l.rec.ID, "snapshot", res.ID, "new_bytes", res.NewBytes, "took", time.Since(start))
 	return res.ID, nil
+}
+
+// resolveLocked returns l's snapshot, making the blank filesystem first for a base
+// layer that has none yet.
+func (d *Driver) resolveLocked(ctx context.Context, l *layer) (digest.Digest, error) {
+	if l.rec.Snapshot != "" {
+		return l.rec.Snapshot, nil
+	}
+	snap, err := d.base(ctx)
+	if err != nil {
+		return "", fmt.Errorf("layer %s: %w", l.rec.ID, err)
+	}
+	l.rec.Snapshot = snap
+	return snap, d.save(&l.rec)
 }
 
 // Remove deletes layer id and its volume. Removing a layer that does not exist is
@@ -404,6 +417,9 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
 	}
 	if l.rec.Volume == "" {
+		if _, err := d.resolveLocked(ctx, l); err != nil {
+			return "", err
+		}
 		vid := volumeID(l.rec.ID)
 		_, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
 			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}})
@@ -486,13 +502,13 @@ func (d *Driver) unmountLocked(ctx context.Context, l *layer) error {
 		return nil
 	}
 	if !l.rec.RW || !l.rec.Dirty {
-		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
 			return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 		}
 		l.rec.Volume = ""
 		return d.save(&l.rec)
 	}
-	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil {
+	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
 		return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 	}
 	return nil
@@ -674,6 +690,9 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 	start := time.Now()
 	vid := l.rec.Volume
 	if vid == "" {
+		if _, err := d.resolveLocked(ctx, l); err != nil {
+			return 0, err
+		}
 		vid = volumeID(l.rec.ID)
 		if _, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
 			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}}); err != nil {

@@ -367,7 +367,11 @@ func TestDriverLayersAndContainers(t *testing.T) {
 		t.Fatal("container still mounted after Put")
 	}
 
-	// A restart of slackerd keeps the layers; a stopped container keeps its changes.
+	// A restart of slackerd keeps the layers; a stopped container keeps its changes;
+	// an image layer's view left mounted is dropped.
+	if _, err := d.Get(ctx, "l2"); err != nil {
+		t.Fatal(err)
+	}
 	d2, err := Open(ctx, d.node, d.o)
 	if err != nil {
 		t.Fatal(err)
@@ -377,6 +381,9 @@ func TestDriverLayersAndContainers(t *testing.T) {
 		t.Fatalf("container after reopen: %v", err)
 	}
 	d2.Put(ctx, "c")
+	if d.hasVolume("l2") {
+		t.Fatal("reopening kept an image layer's view")
+	}
 
 	for _, id := range []string{"c", "c-init", "e-init", "f-init", "l3", "l2", "l1"} {
 		if err := d2.Remove(ctx, id); err != nil {
@@ -458,6 +465,9 @@ func TestDriverSlackerLayers(t *testing.T) {
 	}
 	if b.hasVolume("m1") {
 		t.Fatal("ApplyDiff of a Slacker layer made a volume")
+	}
+	if _, err := os.Stat(filepath.Join(b.o.Root, "base.json")); !os.IsNotExist(err) {
+		t.Fatalf("a Slacker layer on a fresh node made the blank filesystem: %v", err)
 	}
 	dir, err := b.Get(ctx, "m1")
 	if err != nil {
