@@ -9,12 +9,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/gc"
@@ -29,22 +31,26 @@ type LeaseConfig struct {
 	// Roots, if set, returns the snapshots in use on the node besides the bases of
 	// its volumes: the images named on it.
 	Roots func(ctx context.Context) ([]digest.Digest, error)
+	// Hold keeps each snapshot the node writes in its lease this long (1h): a
+	// conversion or commit names it, or clones it, a moment later.
+	Hold time.Duration
 }
 
 // leaser keeps the node's lease.
 type leaser struct {
-	n     *Node
-	refs  store.Refs
-	cfg   LeaseConfig
-	name  string // node ID
-	log   *slog.Logger
-	kick  chan struct{}
-	stop  chan struct{}
-	done  chan struct{}
-	wmu   sync.Mutex // serializes writes
-	mu    sync.Mutex // guards uploads, roots
-	ups   map[string]gc.Upload
-	roots []digest.Digest // last roots read
+	n      *Node
+	refs   store.Refs
+	cfg    LeaseConfig
+	name   string // node ID
+	log    *slog.Logger
+	kick   chan struct{}
+	stop   chan struct{}
+	done   chan struct{}
+	wmu    sync.Mutex // serializes writes
+	mu     sync.Mutex // guards uploads, roots
+	ups    map[string]gc.Upload
+	roots  []digest.Digest // last roots read
+	recent map[digest.Digest]time.Time
 }
 
 // nodeID returns the node's stable ID, made on first use.
@@ -84,8 +90,12 @@ func startLeaser(n *Node) (*leaser, error) {
 	if cfg.TTL <= 0 {
 		cfg.TTL = 24 * time.Hour
 	}
+	if cfg.Hold <= 0 {
+		cfg.Hold = time.Hour
+	}
 	l := &leaser{n: n, refs: refs, cfg: cfg, name: id, log: n.log, kick: make(chan struct{}, 1),
-		stop: make(chan struct{}), done: make(chan struct{}), ups: map[string]gc.Upload{}}
+		stop: make(chan struct{}), done: make(chan struct{}), ups: map[string]gc.Upload{},
+		recent: map[digest.Digest]time.Time{}}
 	go l.loop()
 	return l, nil
 }
@@ -157,15 +167,22 @@ func (l *leaser) write(ctx context.Context) error {
 	host, _ := os.Hostname()
 	now := time.Now().UTC()
 	lease := &gc.Lease{Node: l.name, Host: host, PID: os.Getpid(), Updated: now, Expires: now.Add(l.cfg.TTL)}
-	for s := range snaps {
-		lease.Snapshots = append(lease.Snapshots, s)
-	}
-	sort.Slice(lease.Snapshots, func(i, j int) bool { return lease.Snapshots[i] < lease.Snapshots[j] })
 	l.mu.Lock()
 	for _, u := range l.ups {
 		lease.Uploads = append(lease.Uploads, u)
 	}
+	for id, t := range l.recent {
+		if now.Sub(t) > l.cfg.Hold {
+			delete(l.recent, id)
+		} else {
+			snaps[id] = true
+		}
+	}
 	l.mu.Unlock()
+	for s := range snaps {
+		lease.Snapshots = append(lease.Snapshots, s)
+	}
+	sort.Slice(lease.Snapshots, func(i, j int) bool { return lease.Snapshots[i] < lease.Snapshots[j] })
 	sort.Slice(lease.Uploads, func(i, j int) bool { return lease.Uploads[i].ID < lease.Uploads[j].ID })
 	timeout := l.n.cfg.Fetch.Attempt
 	if timeout <= 0 {
@@ -196,21 +213,29 @@ func (l *leaser) beginUpload(ctx context.Context, volumeID string, chunks []bloc
 	l.mu.Unlock()
 	up := &upload{l: l, id: u.ID}
 	if err := l.write(ctx); err != nil {
-		up.end()
+		up.end("")
 		return nil, fmt.Errorf("lease the chunks of the snapshot: %w", err)
 	}
 	f, err := gc.NewFence(ctx, l.refs)
 	if err != nil {
-		up.end()
+		up.end("")
 		return nil, fmt.Errorf("read the garbage collector's state: %w", err)
 	}
 	up.fence = f
 	return up, nil
 }
 
-// clear refreshes the lease and reports whether the chunks must be checked again
-// because a collection ran since they were checked.
-func (u *upload) clear(ctx context.Context) (again bool, err error) {
+// clear lists the map about to be written with the upload's chunks, refreshes the
+// lease, and reports whether the chunks must be checked again because a collection
+// ran since they were checked.
+func (u *upload) clear(ctx context.Context, mapID digest.Digest) (again bool, err error) {
+	u.l.mu.Lock()
+	up := u.l.ups[u.id]
+	if !slices.Contains(up.Chunks, mapID) {
+		up.Chunks = append(up.Chunks, mapID)
+		u.l.ups[u.id] = up
+	}
+	u.l.mu.Unlock()
 	if err := u.l.write(ctx); err != nil {
 		return false, fmt.Errorf("refresh the lease before writing the map: %w", err)
 	}
@@ -224,12 +249,16 @@ func (u *upload) clear(ctx context.Context) (again bool, err error) {
 	return !ok, nil
 }
 
-// end removes the upload from the lease (at the next refresh: the map just written
-// is young, and so protected, meanwhile).
-func (u *upload) end() {
+// end removes the upload from the lease at its next refresh; the map written, if
+// any, is held in its place.
+func (u *upload) end(written digest.Digest) {
 	u.l.mu.Lock()
+	if written != "" {
+		u.l.recent[written] = time.Now().UTC()
+	}
 	delete(u.l.ups, u.id)
 	u.l.mu.Unlock()
+	u.l.poke()
 }
 
 // bases returns the base snapshots of the node's volumes. It takes no volume's
@@ -250,4 +279,28 @@ func (n *Node) bases() []digest.Digest {
 // keeps maps it has read, and a garbage collection may have removed one since.
 func (n *Node) Stored(ctx context.Context, id digest.Digest) (bool, error) {
 	return store.Exists(ctx, n.fetcher.Bounded(), id)
+}
+
+// checkBase verifies that every chunk of a volume's base is still in the store,
+// after a collection ran during an upload: a node whose lease expired (stopped for
+// longer than its TTL) may have lost them, and a map naming them must not be
+// written.
+func (n *Node) checkBase(ctx context.Context, base *blockmap.Map, baseID digest.Digest) error {
+	st := n.fetcher.Bounded()
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for _, c := range base.Chunks {
+		g.Go(func() error {
+			ok, err := store.Exists(gctx, st, c.Digest)
+			if err != nil {
+				return err
+			}
+			if !ok {
+				return fmt.Errorf("chunk %s of the base snapshot %s is no longer in the store (collected while this node's lease had expired?): %w",
+					c.Digest, baseID, ErrNotFound)
+			}
+			return nil
+		})
+	}
+	return g.Wait()
 }

@@ -567,9 +567,10 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 		chunk = n.cfg.ChunkSize
 	}
 	var up *upload // the snapshot's chunks in the node's lease
+	var written digest.Digest
 	defer func() {
 		if up != nil {
-			up.end()
+			up.end(written)
 		}
 	}()
 	// Uploads go through the fetcher's bounds: a store that hangs fails the
@@ -585,11 +586,15 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 			up, err = n.lease.beginUpload(ctx, id, chunks)
 			return err
 		},
-		BeforeMap: func(ctx context.Context) (bool, error) {
+		BeforeMap: func(ctx context.Context, mapID digest.Digest) (bool, error) {
 			if up == nil {
 				return false, nil
 			}
-			return up.clear(ctx)
+			again, err := up.clear(ctx, mapID)
+			if again && err == nil {
+				err = n.checkBase(ctx, x.v.Base(), x.v.Meta().Base)
+			}
+			return again, err
 		},
 		OnChunk: func(c blockmap.Chunk, data []byte) {
 			// This node is likely to read what it just wrote: keep it cached.
@@ -601,6 +606,7 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 	if err != nil {
 		return nil, err
 	}
+	written = res.ID
 	n.mapsMu.Lock()
 	n.maps[res.ID] = res.Map
 	n.mapsMu.Unlock()

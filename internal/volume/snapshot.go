@@ -36,10 +36,10 @@ type SnapshotOptions struct {
 	// so a collection cannot take a chunk this snapshot is about to reuse.
 	Prepare func(ctx context.Context, chunks []blockmap.Chunk) error
 	// BeforeMap, if set, is called once every chunk is in the store, before the
-	// map is written. If it returns again, every chunk is checked (and uploaded if
-	// missing) once more, and BeforeMap is called again (the node's fence against
-	// a collection that ran meanwhile).
-	BeforeMap func(ctx context.Context) (again bool, err error)
+	// map (whose ID it is given) is written. If it returns again, every chunk is
+	// checked (and uploaded if missing) once more, and BeforeMap is called again
+	// (the node's fence against a collection that ran meanwhile).
+	BeforeMap func(ctx context.Context, id digest.Digest) (again bool, err error)
 }
 
 // maxRechecks bounds the passes BeforeMap can ask for.
@@ -195,21 +195,6 @@ func (v *Volume) Snapshot(ctx context.Context, st store.Store, opts SnapshotOpti
 	if err := upload(true); err != nil {
 		return nil, err
 	}
-	for pass := 0; opts.BeforeMap != nil; pass++ {
-		again, err := opts.BeforeMap(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("snapshot: %w", err)
-		}
-		if !again {
-			break
-		}
-		if pass == maxRechecks {
-			return nil, fmt.Errorf("snapshot: garbage collections kept running while its chunks were checked %d times; try again", pass)
-		}
-		if err := upload(false); err != nil {
-			return nil, err
-		}
-	}
 	var patches []blockmap.Patch
 	for _, ps := range patchesOf {
 		patches = append(patches, ps...)
@@ -225,6 +210,21 @@ func (v *Volume) Snapshot(ctx context.Context, st store.Store, opts SnapshotOpti
 	enc, err := blockmap.Encode(m)
 	if err != nil {
 		return nil, fmt.Errorf("snapshot: %w", err)
+	}
+	for pass := 0; opts.BeforeMap != nil; pass++ {
+		again, err := opts.BeforeMap(ctx, blockmap.ID(enc))
+		if err != nil {
+			return nil, fmt.Errorf("snapshot: %w", err)
+		}
+		if !again {
+			break
+		}
+		if pass == maxRechecks {
+			return nil, fmt.Errorf("snapshot: garbage collections kept running while its chunks were checked %d times; try again", pass)
+		}
+		if err := upload(false); err != nil {
+			return nil, err
+		}
 	}
 	// Data before metadata: every chunk is durable in the store before the map.
 	id, err := store.PutBytes(ctx, st, enc)

@@ -30,7 +30,7 @@ func TestSnapshotHooks(t *testing.T) {
 	}
 	fs := faultstore.New(s.st)
 	var prepared []blockmap.Chunk
-	var victim digest.Digest
+	var victim, mapID digest.Digest
 	passes := 0
 	res, err := v.Snapshot(ctx, fs, SnapshotOptions{ChunkSize: 256 << 10,
 		Prepare: func(ctx context.Context, cs []blockmap.Chunk) error {
@@ -40,7 +40,11 @@ func TestSnapshotHooks(t *testing.T) {
 			prepared = cs
 			return nil
 		},
-		BeforeMap: func(ctx context.Context) (bool, error) {
+		BeforeMap: func(ctx context.Context, id digest.Digest) (bool, error) {
+			if mapID != "" && id != mapID {
+				t.Errorf("BeforeMap given map %s, then %s", mapID, id)
+			}
+			mapID = id
 			passes++
 			if passes == 1 {
 				// A collection ran: it took one of the chunks.
@@ -56,8 +60,8 @@ func TestSnapshotHooks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if passes != 2 {
-		t.Fatalf("BeforeMap called %d times, want 2", passes)
+	if passes != 2 || res.ID != mapID {
+		t.Fatalf("BeforeMap called %d times with map %s, want 2 with %s", passes, mapID, res.ID)
 	}
 	named := map[digest.Digest]bool{}
 	for _, c := range res.Map.Chunks {
@@ -87,10 +91,10 @@ func TestSnapshotHooks(t *testing.T) {
 	if _, err := v.Snapshot(ctx, s.st, SnapshotOptions{Prepare: func(context.Context, []blockmap.Chunk) error { return stop }}); !errors.Is(err, stop) {
 		t.Fatalf("snapshot with a failing Prepare: %v", err)
 	}
-	if _, err := v.Snapshot(ctx, s.st, SnapshotOptions{BeforeMap: func(context.Context) (bool, error) { return false, stop }}); !errors.Is(err, stop) {
+	if _, err := v.Snapshot(ctx, s.st, SnapshotOptions{BeforeMap: func(context.Context, digest.Digest) (bool, error) { return false, stop }}); !errors.Is(err, stop) {
 		t.Fatalf("snapshot with a failing BeforeMap: %v", err)
 	}
-	if _, err := v.Snapshot(ctx, s.st, SnapshotOptions{BeforeMap: func(context.Context) (bool, error) { return true, nil }}); err == nil {
+	if _, err := v.Snapshot(ctx, s.st, SnapshotOptions{BeforeMap: func(context.Context, digest.Digest) (bool, error) { return true, nil }}); err == nil {
 		t.Fatal("a snapshot asked to check again forever succeeded")
 	}
 	after := 0
