@@ -72,6 +72,7 @@ func command() *cobra.Command {
 			set("log-level", &cfg.LogLevel, flags.LogLevel)
 			set("lease-interval", &cfg.GC.LeaseInterval, flags.GC.LeaseInterval)
 			set("lease-ttl", &cfg.GC.LeaseTTL, flags.GC.LeaseTTL)
+			set("snapshot-hold", &cfg.GC.SnapshotHold, flags.GC.SnapshotHold)
 			set("snapshotter-socket", &cfg.SnapshotterSocket, flags.SnapshotterSocket)
 			set("docker-config", &cfg.Registry.DockerConfig, flags.Registry.DockerConfig)
 			if f.Changed("direct-io") {
@@ -99,6 +100,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.LogLevel, "log-level", flags.LogLevel, "debug, info, warn or error")
 	f.StringVar(&flags.GC.LeaseInterval, "lease-interval", "", "refresh the node's lease in the store this often (default 1m)")
 	f.StringVar(&flags.GC.LeaseTTL, "lease-ttl", "", "the node's lease protects its snapshots this long after its last refresh (default 24h)")
+	f.StringVar(&flags.GC.SnapshotHold, "snapshot-hold", "", "the node's lease keeps each snapshot it writes this long (default 1h)")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
@@ -137,7 +139,8 @@ func run(cfg config.Daemon) error {
 		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes, CacheNoDisk: noDisk,
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, Logger: log,
 		Fetch: fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
-		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Roots: daemon.NamedSnapshots(r.Root)},
+		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
+			Roots: daemon.NamedSnapshots(r.Root)},
 	})
 	if err != nil {
 		return err

@@ -15,7 +15,7 @@ import (
 )
 
 func newGC(e *env) *cobra.Command {
-	var grace time.Duration
+	var grace, skew time.Duration
 	var dryRun, cacheOnly bool
 	var keep, storeLoc string
 	var refs []string
@@ -67,7 +67,10 @@ again).`,
 			if err != nil {
 				return err
 			}
-			rep, err := gc.Collect(ctx, st, gc.Options{Roots: roots, Grace: grace, DryRun: dryRun, Logger: e.log})
+			if skew == 0 {
+				skew = -1 // none
+			}
+			rep, err := gc.Collect(ctx, st, gc.Options{Roots: roots, Grace: grace, DryRun: dryRun, Skew: skew, Logger: e.log})
 			if err != nil {
 				return fmt.Errorf("gc: %w", err)
 			}
@@ -100,6 +103,7 @@ again).`,
 	f := cmd.Flags()
 	f.DurationVar(&grace, "grace", gc.DefaultGrace, "never delete an object younger than this")
 	f.BoolVar(&dryRun, "dry-run", false, "report what would be deleted, delete nothing")
+	f.DurationVar(&skew, "lease-skew", time.Minute, "treat a node's lease as alive this long after it expires (clocks differ)")
 	f.StringArrayVar(&refs, "registry", nil, "also keep what this registry reference names (repeatable)")
 	f.StringVar(&storeLoc, "store", "", "the store to collect (default: slackerd's)")
 	f.BoolVar(&cacheOnly, "cache", false, "trim this node's chunk cache instead of collecting the store")

@@ -45,6 +45,7 @@ type Daemon struct {
 	GC struct {
 		LeaseInterval string `toml:"lease_interval"` // between refreshes (1m)
 		LeaseTTL      string `toml:"lease_ttl"`      // protection after the last refresh (24h)
+		SnapshotHold  string `toml:"snapshot_hold"`  // the lease keeps each snapshot written this long (1h)
 	} `toml:"gc"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
@@ -102,6 +103,7 @@ type Resolved struct {
 	FetchParallel                   int
 	Attempt, MaxWait                time.Duration
 	LeaseInterval, LeaseTTL         time.Duration
+	SnapshotHold                    time.Duration
 }
 
 // Resolve checks d and parses its values.
@@ -179,6 +181,11 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if d.GC.LeaseTTL != "" {
 		if r.LeaseTTL, err = time.ParseDuration(d.GC.LeaseTTL); err != nil || r.LeaseTTL <= 0 {
 			return r, fmt.Errorf("gc.lease_ttl %q: want a positive duration such as 24h", d.GC.LeaseTTL)
+		}
+	}
+	if d.GC.SnapshotHold != "" {
+		if r.SnapshotHold, err = time.ParseDuration(d.GC.SnapshotHold); err != nil || r.SnapshotHold <= 0 {
+			return r, fmt.Errorf("gc.snapshot_hold %q: want a positive duration such as 1h", d.GC.SnapshotHold)
 		}
 	}
 	if r.LeaseInterval > 0 && r.LeaseTTL > 0 && r.LeaseTTL < 2*r.LeaseInterval {
