@@ -159,7 +159,9 @@ func BenchmarkDockerPullRun(b *testing.B) {
 		return ns
 	}()))
 	if *dockerBenchOut != "" {
-		rep := map[string]any{"date": time.Now().UTC(), "machine": machineInfo(), "runs": *dockerBenchRuns, "samples": samples}
+		commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
+		rep := map[string]any{"date": time.Now().UTC(), "machine": machineInfo(), "commit": strings.TrimSpace(string(commit)),
+			"runs": *dockerBenchRuns, "samples": samples}
 		js, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*dockerBenchOut, js, 0o644); err != nil {
 			b.Fatal(err)
