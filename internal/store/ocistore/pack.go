@@ -112,25 +112,36 @@ func decodeManifest(b []byte) (*pack, error) {
 	if t, err := time.Parse(time.RFC3339, m.Annotations[ocispec.AnnotationCreated]); err == nil {
 		p.created = t
 	}
-	list := m.Annotations[ObjectsAnnotation]
-	if list == "" {
-		return nil, fmt.Errorf("pack %s: no objects: %w", l.Digest, store.ErrCorrupt)
+	entries, err := parseObjects(l.Digest, l.Size, m.Annotations[ObjectsAnnotation])
+	if err != nil {
+		return nil, err
 	}
+	p.entries = entries
+	return p, nil
+}
+
+// parseObjects parses a list of objects ("<hex>:<size>,...") that must tile the
+// size bytes of pack blob exactly.
+func parseObjects(blob digest.Digest, size int64, list string) ([]entry, error) {
+	if list == "" {
+		return nil, fmt.Errorf("pack %s: no objects: %w", blob, store.ErrCorrupt)
+	}
+	var entries []entry
 	var off int64
 	for item := range strings.SplitSeq(list, ",") {
 		hex, sz, ok := strings.Cut(item, ":")
 		d := digest.NewDigestFromEncoded(digest.SHA256, hex)
-		size, err := strconv.ParseInt(sz, 10, 64)
-		if !ok || d.Validate() != nil || err != nil || size < 0 || size > l.Size-off || strconv.FormatInt(size, 10) != sz {
-			return nil, fmt.Errorf("pack %s: bad object %q at %d: %w", l.Digest, truncate(item), off, store.ErrCorrupt)
+		n, err := strconv.ParseInt(sz, 10, 64)
+		if !ok || d.Validate() != nil || err != nil || n < 0 || n > size-off || strconv.FormatInt(n, 10) != sz {
+			return nil, fmt.Errorf("pack %s: bad object %q at %d: %w", blob, truncate(item), off, store.ErrCorrupt)
 		}
-		p.entries = append(p.entries, entry{d: d, off: off, size: size})
-		off += size
+		entries = append(entries, entry{d: d, off: off, size: n})
+		off += n
 	}
-	if off != l.Size {
-		return nil, fmt.Errorf("pack %s: objects cover %d of its %d bytes: %w", l.Digest, off, l.Size, store.ErrCorrupt)
+	if off != size {
+		return nil, fmt.Errorf("pack %s: objects cover %d of its %d bytes: %w", blob, off, size, store.ErrCorrupt)
 	}
-	return p, nil
+	return entries, nil
 }
 
 func truncate(s string) string {

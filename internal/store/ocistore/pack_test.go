@@ -100,3 +100,35 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 	})
 }
+
+func FuzzDecodeCheckpoint(f *testing.F) {
+	p := &pack{blob: digest.FromString("blob"), size: 15, created: time.Unix(1700000000, 0),
+		entries: []entry{{d: digest.FromString("a"), size: 10}, {d: digest.FromString("b"), off: 10, size: 5}}}
+	f.Add(encodeCheckpoint([]*pack{p, p}))
+	f.Add([]byte("x 1 2 y\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		ps, err := decodeCheckpoint(b)
+		if err != nil {
+			if !errors.Is(err, store.ErrCorrupt) {
+				t.Fatalf("error not ErrCorrupt: %v", err)
+			}
+			return
+		}
+		for _, p := range ps {
+			var off int64
+			for _, e := range p.entries {
+				if e.off != off || e.size < 0 {
+					t.Fatalf("entry %+v at %d", e, off)
+				}
+				off += e.size
+			}
+			if off != p.size || len(p.entries) == 0 {
+				t.Fatalf("entries cover %d of %d", off, p.size)
+			}
+		}
+		again, err := decodeCheckpoint(encodeCheckpoint(ps))
+		if err != nil || len(again) != len(ps) {
+			t.Fatalf("round trip: %v", err)
+		}
+	})
+}

@@ -53,7 +53,10 @@ type Options struct {
 	// than RangeGap apart are read in one ranged request of at most MaxRange
 	// (64 KiB, 8 MiB).
 	RangeGap, MaxRange int64
-	Logger             *slog.Logger
+	// CheckpointEvery: a node checkpoints the index (see checkpoint.go) after
+	// uploading, or reading one by one, this many packs (64).
+	CheckpointEvery int
+	Logger          *slog.Logger
 }
 
 // Store is a store.Store in a repository of an OCI registry. See the package doc.
@@ -63,9 +66,13 @@ type Store struct {
 	repo name.Repository
 	log  *slog.Logger
 
-	mu    sync.Mutex
-	packs map[digest.Digest]*packState // by pack blob digest
-	where map[digest.Digest][]location // object -> where it is
+	mu          sync.Mutex
+	packs       map[digest.Digest]*packState // by pack blob digest
+	where       map[digest.Digest][]location // object -> where it is
+	checkpoints map[string]bool              // checkpoint tags read or written
+	own         []*pack                      // uploaded here, not checkpointed yet
+	merging     bool
+	bgWG        sync.WaitGroup // background checkpoints
 
 	rmu    sync.Mutex
 	flight *refreshFlight
@@ -138,12 +145,15 @@ func New(o Options) (*Store, error) {
 	if o.MaxRange <= 0 {
 		o.MaxRange = 8 << 20
 	}
+	if o.CheckpointEvery <= 0 {
+		o.CheckpointEvery = 64
+	}
 	log := o.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	return &Store{o: o, repo: repo, log: log, c: &client{repo: repo, keychain: o.Keychain, base: o.Transport},
-		packs: map[digest.Digest]*packState{}, where: map[digest.Digest][]location{},
+		packs: map[digest.Digest]*packState{}, where: map[digest.Digest][]location{}, checkpoints: map[string]bool{},
 		pending: map[digest.Digest]*batch{}}, nil
 }
 
@@ -274,29 +284,72 @@ func (s *Store) runRefresh(f *refreshFlight) {
 	close(f.done)
 }
 
-// refresh lists the repository's pack tags, reads the manifests of packs it does
-// not know, and forgets packs that are gone.
+// refresh lists the repository's tags, reads the checkpoints and the manifests of
+// packs it does not know, and forgets packs that are gone.
 func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	tags, err := s.c.tags(ctx)
 	if err != nil {
 		return fmt.Errorf("refresh index of %s: %w", s, err)
 	}
 	listed := map[digest.Digest]bool{}
-	var fresh []string
+	var newIdx, allIdx []string
 	s.mu.Lock()
 	for _, t := range tags {
-		if !tagRE.MatchString(t) {
-			continue // not a pack (refs, or someone else's tag)
+		switch {
+		case tagRE.MatchString(t):
+			listed[digest.NewDigestFromEncoded(digest.SHA256, t[2:])] = true
+		case indexTagRE.MatchString(t):
+			allIdx = append(allIdx, t)
+			if !s.checkpoints[t] {
+				newIdx = append(newIdx, t)
+			}
 		}
-		d := digest.NewDigestFromEncoded(digest.SHA256, t[2:])
-		listed[d] = true
+	}
+	s.mu.Unlock()
+	// Checkpoints first: they cover many packs in two requests each.
+	var covered []*pack
+	var mu sync.Mutex
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(4)
+	for _, tag := range newIdx {
+		g.Go(func() error {
+			ps, err := s.readCheckpoint(gctx, tag)
+			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
+				if err != nil && !errors.Is(err, store.ErrNotFound) {
+					s.log.Warn("index-checkpoint-invalid", "tag", tag, "err", err)
+				}
+				return nil // merged away since the listing, or not to be trusted: read the packs
+			}
+			if err != nil {
+				return err
+			}
+			mu.Lock()
+			covered = append(covered, ps...)
+			mu.Unlock()
+			s.mu.Lock()
+			s.checkpoints[tag] = true
+			s.mu.Unlock()
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return fmt.Errorf("refresh index of %s: %w", s, err)
+	}
+	s.mu.Lock()
+	for _, p := range covered {
+		if listed[p.blob] {
+			s.addPackLocked(p, time.Now())
+		}
+	}
+	var fresh []string
+	for d := range listed {
 		if _, ok := s.packs[d]; !ok {
-			fresh = append(fresh, t)
+			fresh = append(fresh, packTag(d))
 		}
 	}
 	s.mu.Unlock()
 	got := make([]*pack, len(fresh))
-	g, gctx := errgroup.WithContext(ctx)
+	g, gctx = errgroup.WithContext(ctx)
 	g.SetLimit(8)
 	for i, tag := range fresh {
 		g.Go(func() error {
@@ -319,8 +372,8 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	if err := g.Wait(); err != nil {
 		return fmt.Errorf("refresh index of %s: %w", s, err)
 	}
+	var read []*pack
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	for d, p := range s.packs {
 		// A pack no longer listed was deleted, unless this node learnt of it
 		// after the listing began (its own new upload).
@@ -331,10 +384,80 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	for _, p := range got {
 		if p != nil {
 			s.addPackLocked(p, time.Now())
+			read = append(read, p)
 		}
+	}
+	s.mu.Unlock()
+	if len(read) >= s.o.CheckpointEvery {
+		s.checkpointLater(read, "read one by one")
+	}
+	if len(allIdx) > maxCheckpoints {
+		s.mergeLater(allIdx)
 	}
 	return nil
 }
+
+// maxCheckpoints: more checkpoint tags than this are merged into one.
+const maxCheckpoints = 32
+
+// mergeLater writes one checkpoint of every pack this node knows, then deletes the
+// checkpoints among tags that it has read (their packs are in the new one). Best
+// effort, in the background; nodes merging at once leave overlapping checkpoints,
+// which is harmless.
+func (s *Store) mergeLater(tags []string) {
+	s.mu.Lock()
+	if s.merging {
+		s.mu.Unlock()
+		return
+	}
+	s.merging = true
+	var packs []*pack
+	for _, p := range s.packs {
+		packs = append(packs, p.pack)
+	}
+	var old []string
+	for _, t := range tags {
+		if s.checkpoints[t] {
+			old = append(old, t)
+		}
+	}
+	s.mu.Unlock()
+	s.bgWG.Add(1)
+	go func() {
+		defer s.bgWG.Done()
+		defer func() {
+			s.mu.Lock()
+			s.merging = false
+			s.mu.Unlock()
+		}()
+		ctx, cancel := context.WithTimeout(context.Background(), s.o.Timeout)
+		defer cancel()
+		tag, err := s.writeCheckpoint(ctx, packs)
+		if err != nil {
+			s.log.Warn("index-merge-failed", "err", err)
+			return
+		}
+		s.mu.Lock()
+		s.checkpoints[tag] = true
+		s.mu.Unlock()
+		for _, t := range old {
+			if t == tag {
+				continue
+			}
+			md, err := s.c.manifestDigest(ctx, t)
+			if err == nil {
+				err = s.c.deleteManifest(ctx, md)
+			}
+			if err != nil && !errors.Is(err, store.ErrNotFound) {
+				s.log.Warn("index-merge-delete-failed", "tag", t, "err", err)
+			}
+		}
+		s.log.Debug("index-merged", "tag", tag, "packs", len(packs), "replaced", len(old))
+	}()
+}
+
+// Wait waits for background work (index checkpoints) to finish.
+func (s *Store) Wait() { s.bgWG.Wait() }
 
 // locate finds d, refreshing the index on a miss (and, when stat is set, when the
 // index is older than MaxAge).
@@ -665,7 +788,9 @@ func (s *Store) putStream(ctx context.Context, d digest.Digest, size int64, r io
 	if err := s.c.putManifest(cctx, packTag(d), m); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	s.addPack(&pack{blob: d, size: size, entries: []entry{{d: d, size: size}}, created: created.UTC().Truncate(time.Second), manifest: digest.FromBytes(m)})
+	p := &pack{blob: d, size: size, entries: []entry{{d: d, size: size}}, created: created.UTC().Truncate(time.Second), manifest: digest.FromBytes(m)}
+	s.addPack(p)
+	s.ownPack(p)
 	return nil
 }
 
@@ -790,7 +915,9 @@ func (s *Store) uploadPack(objs []pendingObject) error {
 	if err != nil {
 		return fmt.Errorf("upload pack %s of %d objects: %w", pd, len(objs), err)
 	}
-	s.addPack(&pack{blob: pd, size: off, entries: entries, created: created, manifest: digest.FromBytes(m)})
+	p := &pack{blob: pd, size: off, entries: entries, created: created, manifest: digest.FromBytes(m)}
+	s.addPack(p)
+	s.ownPack(p)
 	return nil
 }
 

@@ -485,3 +485,90 @@ func TestParseLocation(t *testing.T) {
 		t.Error("an invalid repository name was accepted")
 	}
 }
+
+func indexTags(t *testing.T, s *Store) int {
+	tags, err := s.c.tags(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, tag := range tags {
+		if indexTagRE.MatchString(tag) {
+			n++
+		}
+	}
+	return n
+}
+
+// A node with a cold index reads checkpoints, not one manifest per pack; a
+// checkpoint never brings back a deleted pack; many checkpoints are merged.
+func TestCheckpoints(t *testing.T) {
+	a := newStore(t, func(o *Options) { o.CheckpointEvery = 4 })
+	objs := map[digest.Digest][]byte{}
+	for i := 0; i < 40; i++ { // one at a time: one pack each
+		b := randBytes(2000 + i)
+		d, err := store.PutBytes(t.Context(), a, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		objs[d] = b
+	}
+	a.Wait()
+	if n := indexTags(t, a); n != 10 {
+		t.Fatalf("%d checkpoints after 40 packs, want 10", n)
+	}
+	ct := &countingTransport{rt: defaultTransport()}
+	b := reopen(t, a, func(o *Options) { o.Transport = ct; o.CheckpointEvery = 4 })
+	n := 0
+	if err := b.List(t.Context(), func(store.Info) error { n++; return nil }); err != nil || n != 40 {
+		t.Fatalf("list on a cold node: %d objects, %v", n, err)
+	}
+	t.Logf("cold index of 40 packs in 10 checkpoints: %d requests", ct.all.Load())
+	if ct.all.Load() > 30 {
+		t.Fatalf("a cold index took %d requests; want about 2 per checkpoint, not one per pack", ct.all.Load())
+	}
+	// Delete an object: its pack goes, the checkpoint that lists it stays.
+	var victim digest.Digest
+	for d := range objs {
+		victim = d
+		break
+	}
+	if err := a.Delete(t.Context(), victim); err != nil {
+		t.Fatal(err)
+	}
+	c := reopen(t, a, nil)
+	if _, err := c.Stat(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a deleted object came back from a checkpoint: %v", err)
+	}
+	for d, want := range objs {
+		if d == victim {
+			continue
+		}
+		if got, err := store.ReadAll(t.Context(), c, d); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %v", d, err)
+		}
+	}
+	// Past maxCheckpoints, a refresh merges them into one.
+	for i := 0; i < 4*(maxCheckpoints-9); i++ {
+		if _, err := store.PutBytes(t.Context(), a, randBytes(100+i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.Wait()
+	before := indexTags(t, a)
+	m := reopen(t, a, nil)
+	if err := m.List(t.Context(), func(store.Info) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	m.Wait()
+	after := indexTags(t, a)
+	t.Logf("checkpoints: %d before the merge, %d after", before, after)
+	if before <= maxCheckpoints || after >= before {
+		t.Fatalf("checkpoints: %d before, %d after; want a merge past %d", before, after, maxCheckpoints)
+	}
+	d := reopen(t, a, nil)
+	n = 0
+	if err := d.List(t.Context(), func(store.Info) error { n++; return nil }); err != nil || n != 39+4*(maxCheckpoints-9) {
+		t.Fatalf("after the merge: %d objects, %v", n, err)
+	}
+}
