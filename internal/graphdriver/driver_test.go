@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
 
@@ -535,4 +536,31 @@ func TestDriverSlackerLayers(t *testing.T) {
 		t.Fatalf("a container of the image sees the layer's own files: %v", err)
 	}
 	b.Put(ctx, "ic")
+}
+
+func TestSnapshotsAreRoots(t *testing.T) {
+	d := newDriver(t, false, "")
+	ctx := context.Background()
+	if err := d.Create(ctx, "l1", "", false, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ApplyDiff(ctx, "l1", "", bytes.NewReader(baseLayer(t))); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Create(ctx, "c-init", "l1", true, nil); err != nil {
+		t.Fatal(err)
+	}
+	other := func(context.Context) ([]digest.Digest, error) { return []digest.Digest{snapA}, nil }
+	roots, err := Snapshots(d.o.Root, other)(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := d.Metadata(ctx, "l1")
+	want := []digest.Digest{snapA, digest.Digest(m["Snapshot"]), digest.Digest(m["Snapshot"])}
+	if !reflect.DeepEqual(roots, want) {
+		t.Fatalf("roots %v, want %v", roots, want)
+	}
+	if roots, err := Snapshots(filepath.Join(t.TempDir(), "none"), nil)(ctx); err != nil || len(roots) != 0 {
+		t.Fatalf("no driver state: %v %v", roots, err)
+	}
 }
