@@ -157,7 +157,9 @@ func (s *Store) checkpointLater(packs []*pack, why string) {
 	}()
 }
 
-// ownPack records a pack this node uploaded, and checkpoints every CheckpointEvery.
+// ownPack records a pack this node uploaded, and checkpoints its packs every
+// CheckpointEvery, or once uploads have been quiet for CheckpointQuiet (the end of
+// a snapshot), so that other nodes read its last packs from a checkpoint too.
 func (s *Store) ownPack(p *pack) {
 	s.mu.Lock()
 	s.own = append(s.own, p)
@@ -165,8 +167,23 @@ func (s *Store) ownPack(p *pack) {
 	if len(s.own) >= s.o.CheckpointEvery {
 		batch, s.own = s.own, nil
 	}
+	if s.quiet == nil {
+		s.quiet = time.AfterFunc(s.o.CheckpointQuiet, s.checkpointRest)
+	} else {
+		s.quiet.Reset(s.o.CheckpointQuiet)
+	}
 	s.mu.Unlock()
 	if batch != nil {
 		s.checkpointLater(batch, "own packs")
+	}
+}
+
+func (s *Store) checkpointRest() {
+	s.mu.Lock()
+	batch := s.own
+	s.own = nil
+	s.mu.Unlock()
+	if len(batch) > 0 {
+		s.checkpointLater(batch, "uploads paused")
 	}
 }

@@ -56,6 +56,9 @@ type Options struct {
 	// CheckpointEvery: a node checkpoints the index (see checkpoint.go) after
 	// uploading, or reading one by one, this many packs (64).
 	CheckpointEvery int
+	// CheckpointQuiet: a node checkpoints the rest of its packs once its uploads
+	// pause this long (1s).
+	CheckpointQuiet time.Duration
 	Logger          *slog.Logger
 }
 
@@ -72,6 +75,7 @@ type Store struct {
 	checkpoints map[string]bool              // checkpoint tags read or written
 	own         []*pack                      // uploaded here, not checkpointed yet
 	merging     bool
+	quiet       *time.Timer    // checkpoints own packs once uploads pause
 	bgWG        sync.WaitGroup // background checkpoints
 
 	rmu    sync.Mutex
@@ -147,6 +151,9 @@ func New(o Options) (*Store, error) {
 	}
 	if o.CheckpointEvery <= 0 {
 		o.CheckpointEvery = 64
+	}
+	if o.CheckpointQuiet <= 0 {
+		o.CheckpointQuiet = time.Second
 	}
 	log := o.Logger
 	if log == nil {
@@ -456,8 +463,12 @@ func (s *Store) mergeLater(tags []string) {
 	}()
 }
 
-// Wait waits for background work (index checkpoints) to finish.
-func (s *Store) Wait() { s.bgWG.Wait() }
+// Wait checkpoints the packs this node uploaded and not yet checkpointed, and
+// waits for background work (index checkpoints) to finish.
+func (s *Store) Wait() {
+	s.checkpointRest()
+	s.bgWG.Wait()
+}
 
 // locate finds d, refreshing the index on a miss (and, when stat is set, when the
 // index is older than MaxAge).

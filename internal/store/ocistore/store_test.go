@@ -503,7 +503,7 @@ func indexTags(t *testing.T, s *Store) int {
 // A node with a cold index reads checkpoints, not one manifest per pack; a
 // checkpoint never brings back a deleted pack; many checkpoints are merged.
 func TestCheckpoints(t *testing.T) {
-	a := newStore(t, func(o *Options) { o.CheckpointEvery = 4 })
+	a := newStore(t, func(o *Options) { o.CheckpointEvery, o.CheckpointQuiet = 4, time.Hour })
 	objs := map[digest.Digest][]byte{}
 	for i := 0; i < 40; i++ { // one at a time: one pack each
 		b := randBytes(2000 + i)
