@@ -123,6 +123,11 @@ func run(cfg config.Daemon) error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("must run as root: it mounts FUSE, loop devices and ext4")
 	}
+	if r.DockerConfig != "" {
+		// Registry access reads credentials the way docker does, from $DOCKER_CONFIG:
+		// set before the store opens, as a registry store logs in with them.
+		os.Setenv("DOCKER_CONFIG", filepath.Dir(r.DockerConfig))
+	}
 	st, storeDesc, err := storeurl.Open(r.Store)
 	if err != nil {
 		return err
@@ -147,10 +152,6 @@ func run(cfg config.Daemon) error {
 	}
 	daemon.ReconcileContainers(ctx, n, r.Root, log)
 	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
-	if r.DockerConfig != "" {
-		// Registry access reads credentials the way docker does, from $DOCKER_CONFIG.
-		os.Setenv("DOCKER_CONFIG", filepath.Dir(r.DockerConfig))
-	}
 	errc := make(chan error, 3)
 	var snapSrv *snapshotter.Server
 	if r.SnapshotterSocket != "" {
