@@ -177,8 +177,9 @@ func TestDocker(t *testing.T) {
 		if !strings.Contains(a.slackerd.Log(), `"msg":"slacker-layer-made"`) {
 			t.Fatal("docker commit with a shared store did not make a Slacker layer")
 		}
-		out := dockerOK(t, a.docker, "run", "--rm", "--network", "none", changed, "sh", "-c", "cat /etc/motd /data/f; test ! -e /etc/issue && echo gone")
-		if out != "changed\nx\ngone\n" {
+		out := dockerOK(t, a.docker, "run", "--rm", "--network", "none", changed, "sh", "-c",
+			"cat /etc/motd /data/f; test ! -e /etc/issue && echo gone; test ! -e /.slacker && echo clean")
+		if out != "changed\nx\ngone\nclean\n" {
 			t.Fatalf("the committed image: %q", out)
 		}
 		// The committed layer, as docker save reassembles it, is a Slacker layer.

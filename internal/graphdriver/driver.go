@@ -5,6 +5,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -737,28 +739,60 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 	return st.Bytes, nil
 }
 
-// views mounts each layer (nil: no tree) and returns the mountpoints and a release.
+// views mounts each layer's tree (nil: no tree) to be read, and returns the
+// mountpoints and a release. A container layer is its own volume, mounted or not; an
+// image layer gets a private read-only clone of its snapshot, so that what Docker's
+// Get adds to its view (the files of a Slacker layer) is never compared.
 func (d *Driver) views(ctx context.Context, ls ...*layer) ([]string, func(), error) {
 	paths := make([]string, len(ls))
-	var got []*layer
+	var undo []func()
 	release := func() {
-		for _, l := range got {
-			if err := d.release(context.WithoutCancel(ctx), l); err != nil {
-				d.log.Warn("graphdriver-release-failed", "layer", l.rec.ID, "err", err)
-			}
+		for _, f := range undo {
+			f()
 		}
 	}
 	for i, l := range ls {
 		if l == nil {
 			continue
 		}
-		p, err := d.acquire(ctx, l, false)
+		l.mu.Lock()
+		rw := l.rec.RW
+		l.mu.Unlock()
+		if rw {
+			p, err := d.acquire(ctx, l, false)
+			if err != nil {
+				release()
+				return nil, nil, err
+			}
+			undo = append(undo, func() {
+				if err := d.release(context.WithoutCancel(ctx), l); err != nil {
+					d.log.Warn("graphdriver-release-failed", "layer", l.rec.ID, "err", err)
+				}
+			})
+			paths[i] = p
+			continue
+		}
+		snap, err := d.snapshotOf(ctx, l)
 		if err != nil {
 			release()
 			return nil, nil, err
 		}
-		got = append(got, l)
-		paths[i] = p
+		vid := "docker-view-" + randomHex()
+		v, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: snap,
+			Labels: map[string]string{labelKind: kindDocker}}) // no record names it: Open deletes it after a crash
+		if err == nil {
+			undo = append(undo, func() {
+				if err := d.n.DeleteVolume(context.WithoutCancel(ctx), vid); err != nil {
+					d.log.Warn("graphdriver-volume-delete-failed", "volume", vid, "err", err)
+				}
+			})
+			v, err = d.n.MountVolume(ctx, vid, true)
+		}
+		if err != nil {
+			release()
+			return nil, nil, fmt.Errorf("view of layer %s: %w", l.rec.ID, err)
+		}
+		paths[i] = v.Mountpoint
 	}
 	return paths, release, nil
 }
@@ -954,7 +988,7 @@ func (d *Driver) revertInit(ctx context.Context, snap digest.Digest, cs []change
 		}
 	}
 	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
-	vid := "docker-commit-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	vid := "docker-commit-" + randomHex()
 	v, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: snap,
 		Labels: map[string]string{labelKind: kindDocker}}) // no record names it: Open deletes it after a crash
 	if err != nil {
@@ -1017,4 +1051,10 @@ func subtree(ctx context.Context, root, p string) ([]change, error) {
 		df.out[i].Kind = ChangeModify
 	}
 	return df.out, nil
+}
+
+func randomHex() string {
+	b := make([]byte, 8)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
