@@ -52,7 +52,10 @@ func startHTTP(target string, p *Proxy) (*httpLayer, error) {
 				r.Out.Header.Del("Authorization") // ours, not the server's
 			}
 		},
-		ErrorLog: nil,
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			p.log.Debug("faultproxy-upstream-error", "method", r.Method, "path", r.URL.Path, "err", err)
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	h.srv = &http.Server{Handler: h, ReadHeaderTimeout: time.Minute}
 	go h.srv.Serve(ln)
