@@ -166,26 +166,9 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}
-	var m ocispec.Manifest
-	if err := json.Unmarshal(desc.Manifest, &m); err != nil {
-		return nil, nil, fmt.Errorf("%s: manifest: %w", ref, err)
-	}
-	var blob ocispec.Descriptor
-	switch {
-	case m.Config.MediaType == image.MediaType: // descriptor as config (first format)
-		blob = m.Config
-	case len(m.Layers) == 1 && m.Layers[0].Annotations[image.AnnotationSnapshot] != "":
-		blob = m.Layers[0]
-	default:
-		kind := string(desc.MediaType)
-		if desc.MediaType.IsIndex() {
-			kind = "an image index (" + kind + ")"
-		}
-		return nil, nil, fmt.Errorf("%s is %s with config %q and no Slacker layer: %w; convert it first with `slacker convert %s NAME` and push that",
-			ref, kind, m.Config.MediaType, ErrNotSlacker, ref)
-	}
-	if blob.Size > image.MaxLayerSize {
-		return nil, nil, fmt.Errorf("%s: Slacker blob of %d bytes is larger than %d: %w", ref, blob.Size, image.MaxLayerSize, image.ErrMalformed)
+	blob, err := slackerBlob(ref, desc.Manifest, desc.MediaType)
+	if err != nil {
+		return nil, nil, err
 	}
 	l, err := remote.Layer(r.Context().Digest(blob.Digest.String()), o.remote(ctx)...)
 	if err != nil {
@@ -200,23 +183,70 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}
+	d, err := decodeBlob(ref, blob, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	return d, &Result{Reference: r.Name(), ManifestDigest: digest.Digest(desc.Digest.String()),
+		BytesMoved: int64(len(desc.Manifest) + len(b))}, nil
+}
+
+// MaxManifestSize bounds a pulled manifest (go-containerregistry reads up to
+// 100 MiB; a Slacker image's manifest is a few kilobytes).
+const MaxManifestSize = 4 << 20
+
+// slackerBlob checks a pulled manifest and returns the descriptor of the blob that
+// carries the Slacker descriptor: the config (first format) or the one layer.
+func slackerBlob(ref string, raw []byte, mt types.MediaType) (ocispec.Descriptor, error) {
+	var blob ocispec.Descriptor
+	if len(raw) > MaxManifestSize {
+		return blob, fmt.Errorf("%s: manifest of %d bytes is larger than %d: %w", ref, len(raw), MaxManifestSize, image.ErrMalformed)
+	}
+	var m ocispec.Manifest
+	if err := json.Unmarshal(raw, &m); err != nil {
+		return blob, fmt.Errorf("%s: manifest: %w: %v", ref, image.ErrMalformed, err)
+	}
+	switch {
+	case m.Config.MediaType == image.MediaType: // descriptor as config (first format)
+		blob = m.Config
+	case len(m.Layers) == 1 && m.Layers[0].Annotations[image.AnnotationSnapshot] != "":
+		blob = m.Layers[0]
+	default:
+		kind := string(mt)
+		if mt.IsIndex() {
+			kind = "an image index (" + kind + ")"
+		}
+		return blob, fmt.Errorf("%s is %s with config %q and no Slacker layer: %w; convert it first with `slacker convert %s NAME` and push that",
+			ref, kind, m.Config.MediaType, ErrNotSlacker, ref)
+	}
+	if blob.Size > image.MaxLayerSize || blob.Size < 0 {
+		return blob, fmt.Errorf("%s: Slacker blob of %d bytes is larger than %d: %w", ref, blob.Size, image.MaxLayerSize, image.ErrMalformed)
+	}
+	if err := blob.Digest.Validate(); err != nil || blob.Digest.Algorithm() != digest.SHA256 {
+		return blob, fmt.Errorf("%s: Slacker blob digest %q: %w", ref, blob.Digest, image.ErrMalformed)
+	}
+	return blob, nil
+}
+
+// decodeBlob verifies and decodes the blob slackerBlob named.
+func decodeBlob(ref string, blob ocispec.Descriptor, b []byte) (*image.Descriptor, error) {
 	if digest.FromBytes(b) != blob.Digest {
-		return nil, nil, fmt.Errorf("%s: blob does not match its digest %s", ref, blob.Digest)
+		return nil, fmt.Errorf("%s: blob does not match its digest %s", ref, blob.Digest)
 	}
 	var d *image.Descriptor
+	var err error
 	if blob.MediaType == image.MediaType {
 		d, err = image.Decode(b)
 	} else {
 		d, err = image.DecodeLayer(bytes.NewReader(b))
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("%s: %w", ref, err)
+		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
 	if want := blob.Annotations[image.AnnotationSnapshot]; want != "" && want != d.Snapshot.String() {
-		return nil, nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
+		return nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
 	}
-	return d, &Result{Reference: r.Name(), ManifestDigest: digest.Digest(desc.Digest.String()),
-		BytesMoved: int64(len(desc.Manifest) + len(b))}, nil
+	return d, nil
 }
 
 // mapErr turns transport failures into the package's errors, once.
