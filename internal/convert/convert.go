@@ -93,6 +93,9 @@ func Convert(ctx context.Context, src *Source, o Options) (*image.Descriptor, *S
 	}
 	img := src.Image
 	o.stored = src.Kind == "docker-archive"
+	if err := checkMetadataSize(img); err != nil {
+		return nil, nil, err
+	}
 	cfg, err := img.ConfigFile()
 	if err != nil {
 		return nil, nil, fmt.Errorf("read image config: %w", err)
@@ -217,8 +220,11 @@ func (o *Options) applyLayer(ctx context.Context, parent digest.Digest, l v1.Lay
 	}
 	defer un.Close()
 	h := sha256.New()
+	// A layer cannot hold more than its filesystem: bound what it may write (and so
+	// decompression bombs) by the volume's size, its entries by one per 4 KiB.
 	stats, err := archive.Apply(ctx, vol.Mountpoint, io.TeeReader(un, h), archive.Options{
 		Logger: o.Logger, AllowDevices: !o.NoDevices,
+		MaxBytes: vol.Size, MaxEntrySize: vol.Size, MaxEntries: int(vol.Size / 4096),
 	})
 	if err != nil {
 		return none, stats, err
@@ -304,4 +310,26 @@ func randomHex() string {
 	b := make([]byte, 6)
 	rand.Read(b)
 	return hex.EncodeToString(b)
+}
+
+// MaxMetadataSize bounds an image's manifest and its config, as read from any
+// source: larger ones are refused as hostile rather than held in memory.
+const MaxMetadataSize = 4 << 20
+
+func checkMetadataSize(img v1.Image) error {
+	m, err := img.RawManifest()
+	if err != nil {
+		return fmt.Errorf("read the image manifest: %w", err)
+	}
+	if len(m) > MaxMetadataSize {
+		return fmt.Errorf("the image manifest has %d bytes, more than %d: refused", len(m), MaxMetadataSize)
+	}
+	mf, err := img.Manifest()
+	if err != nil {
+		return fmt.Errorf("read the image manifest: %w", err)
+	}
+	if mf.Config.Size > MaxMetadataSize {
+		return fmt.Errorf("the image config has %d bytes, more than %d: refused", mf.Config.Size, MaxMetadataSize)
+	}
+	return nil
 }
