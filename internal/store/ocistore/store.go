@@ -54,7 +54,7 @@ type Options struct {
 	// (64 KiB, 8 MiB).
 	RangeGap, MaxRange int64
 	// CheckpointEvery: a node checkpoints the index (see checkpoint.go) after
-	// uploading, or reading one by one, this many packs (64).
+	// uploading, or reading one by one, this many packs (256).
 	CheckpointEvery int
 	// CheckpointQuiet: a node checkpoints the rest of its packs once its uploads
 	// pause this long (1s).
@@ -150,7 +150,7 @@ func New(o Options) (*Store, error) {
 		o.MaxRange = 8 << 20
 	}
 	if o.CheckpointEvery <= 0 {
-		o.CheckpointEvery = 64
+		o.CheckpointEvery = 256
 	}
 	if o.CheckpointQuiet <= 0 {
 		o.CheckpointQuiet = time.Second
@@ -317,7 +317,7 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	var covered []*pack
 	var mu sync.Mutex
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(4)
+	g.SetLimit(8)
 	for _, tag := range newIdx {
 		g.Go(func() error {
 			ps, err := s.readCheckpoint(gctx, tag)
@@ -404,8 +404,9 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	return nil
 }
 
-// maxCheckpoints: more checkpoint tags than this are merged into one.
-const maxCheckpoints = 32
+// maxCheckpoints: more checkpoint tags than this are merged into one, so a cold
+// index costs a handful of reads.
+const maxCheckpoints = 8
 
 // mergeLater writes one checkpoint of every pack this node knows, then deletes the
 // checkpoints among tags that it has read (their packs are in the new one). Best

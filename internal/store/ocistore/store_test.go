@@ -500,8 +500,8 @@ func indexTags(t *testing.T, s *Store) int {
 	return n
 }
 
-// A node with a cold index reads checkpoints, not one manifest per pack; a
-// checkpoint never brings back a deleted pack; many checkpoints are merged.
+// A node with a cold index reads checkpoints, not one manifest per pack; many
+// checkpoints are merged; a checkpoint never brings back a deleted pack.
 func TestCheckpoints(t *testing.T) {
 	a := newStore(t, func(o *Options) { o.CheckpointEvery, o.CheckpointQuiet = 4, time.Hour })
 	objs := map[digest.Digest][]byte{}
@@ -518,7 +518,7 @@ func TestCheckpoints(t *testing.T) {
 		t.Fatalf("%d checkpoints after 40 packs, want 10", n)
 	}
 	ct := &countingTransport{rt: defaultTransport()}
-	b := reopen(t, a, func(o *Options) { o.Transport = ct; o.CheckpointEvery = 4 })
+	b := reopen(t, a, func(o *Options) { o.Transport = ct })
 	n := 0
 	if err := b.List(t.Context(), func(store.Info) error { n++; return nil }); err != nil || n != 40 {
 		t.Fatalf("list on a cold node: %d objects, %v", n, err)
@@ -526,6 +526,20 @@ func TestCheckpoints(t *testing.T) {
 	t.Logf("cold index of 40 packs in 10 checkpoints: %d requests", ct.all.Load())
 	if ct.all.Load() > 30 {
 		t.Fatalf("a cold index took %d requests; want about 2 per checkpoint, not one per pack", ct.all.Load())
+	}
+	// Past maxCheckpoints, that refresh merged them into one.
+	b.Wait()
+	if n := indexTags(t, a); n != 1 {
+		t.Fatalf("%d checkpoints after the merge, want 1", n)
+	}
+	ct.all.Store(0)
+	c := reopen(t, a, func(o *Options) { o.Transport = ct })
+	if err := c.List(t.Context(), func(store.Info) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("cold index of 40 packs in 1 checkpoint: %d requests", ct.all.Load())
+	if ct.all.Load() > 6 {
+		t.Fatalf("a cold index from one checkpoint took %d requests", ct.all.Load())
 	}
 	// Delete an object: its pack goes, the checkpoint that lists it stays.
 	var victim digest.Digest
@@ -536,39 +550,69 @@ func TestCheckpoints(t *testing.T) {
 	if err := a.Delete(t.Context(), victim); err != nil {
 		t.Fatal(err)
 	}
-	c := reopen(t, a, nil)
-	if _, err := c.Stat(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+	d := reopen(t, a, nil)
+	if _, err := d.Stat(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("a deleted object came back from a checkpoint: %v", err)
 	}
-	for d, want := range objs {
-		if d == victim {
+	for dg, want := range objs {
+		if dg == victim {
 			continue
 		}
-		if got, err := store.ReadAll(t.Context(), c, d); err != nil || !bytes.Equal(got, want) {
-			t.Fatalf("%s: %v", d, err)
+		if got, err := store.ReadAll(t.Context(), d, dg); err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("%s: %v", dg, err)
 		}
 	}
-	// Past maxCheckpoints, a refresh merges them into one.
-	for i := 0; i < 4*(maxCheckpoints-9); i++ {
-		if _, err := store.PutBytes(t.Context(), a, randBytes(100+i)); err != nil {
-			t.Fatal(err)
+}
+
+// BenchmarkGet reads 256 KiB chunks, each with its own request, and in batches of
+// 16 neighbours (the readahead's largest window).
+func BenchmarkGet(b *testing.B) {
+	s := newStore(b, nil)
+	var ds []digest.Digest
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for i := 0; i < 64; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d, err := store.PutBytes(context.Background(), s, randBytes(256<<10))
+			if err != nil {
+				b.Error(err)
+			}
+			mu.Lock()
+			ds = append(ds, d)
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r := reopen(b, s, nil)
+	if err := r.List(context.Background(), func(store.Info) error { return nil }); err != nil {
+		b.Fatal(err)
+	}
+	b.Run("one", func(b *testing.B) {
+		b.SetBytes(256 << 10)
+		i := 0
+		for b.Loop() {
+			if _, err := store.ReadAll(context.Background(), r, ds[i%len(ds)]); err != nil {
+				b.Fatal(err)
+			}
+			i++
 		}
-	}
-	a.Wait()
-	before := indexTags(t, a)
-	m := reopen(t, a, nil)
-	if err := m.List(t.Context(), func(store.Info) error { return nil }); err != nil {
-		t.Fatal(err)
-	}
-	m.Wait()
-	after := indexTags(t, a)
-	t.Logf("checkpoints: %d before the merge, %d after", before, after)
-	if before <= maxCheckpoints || after >= before {
-		t.Fatalf("checkpoints: %d before, %d after; want a merge past %d", before, after, maxCheckpoints)
-	}
-	d := reopen(t, a, nil)
-	n = 0
-	if err := d.List(t.Context(), func(store.Info) error { n++; return nil }); err != nil || n != 39+4*(maxCheckpoints-9) {
-		t.Fatalf("after the merge: %d objects, %v", n, err)
-	}
+	})
+	b.Run("batch16", func(b *testing.B) {
+		b.SetBytes(16 * 256 << 10)
+		i := 0
+		for b.Loop() {
+			batch := make([]digest.Digest, 16)
+			for j := range batch {
+				batch[j] = ds[(i*16+j)%len(ds)]
+			}
+			r.GetBatch(context.Background(), batch, func(d digest.Digest, _ []byte, err error) {
+				if err != nil {
+					b.Fatal(err)
+				}
+			})
+			i++
+		}
+	})
 }

@@ -42,7 +42,9 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func minioServer(t *testing.T) *services.MinIO {
+func minioServer(t *testing.T) *services.MinIO { return minioServerB(t) }
+
+func minioServerB(t testing.TB) *services.MinIO {
 	t.Helper()
 	testutil.RequireTool(t, "go") // to build MinIO if it is not cached
 	serverOnce.Do(func() {
@@ -293,5 +295,32 @@ func TestParseLocation(t *testing.T) {
 	}
 	if strings.Contains(s.String(), "TOPSECRET") {
 		t.Errorf("String shows the secret: %s", s)
+	}
+}
+
+// BenchmarkGet reads 256 KiB chunks, each with its own request.
+func BenchmarkGet(b *testing.B) {
+	m := minioServerB(b)
+	s, err := Open(context.Background(), m.Location("slacker-test", "bench"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	var ds []digest.Digest
+	for i := 0; i < 64; i++ {
+		buf := make([]byte, 256<<10)
+		rand.Read(buf)
+		d, err := store.PutBytes(context.Background(), s, buf)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ds = append(ds, d)
+	}
+	b.SetBytes(256 << 10)
+	i := 0
+	for b.Loop() {
+		if _, err := store.ReadAll(context.Background(), s, ds[i%len(ds)]); err != nil {
+			b.Fatal(err)
+		}
+		i++
 	}
 }
