@@ -17,6 +17,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/eval/analysis"
 	"github.com/slacker-dev/slacker/internal/eval/hpmapper"
 	"github.com/slacker-dev/slacker/internal/eval/micro"
+	"github.com/slacker-dev/slacker/internal/eval/multimake"
 	"github.com/slacker-dev/slacker/internal/eval/report"
 	"github.com/slacker-dev/slacker/internal/eval/scale"
 	"github.com/slacker-dev/slacker/internal/eval/storage"
@@ -41,6 +42,7 @@ func Items() []report.Item {
 		{Name: "micro", Load: load[micro.Results]},
 		{Name: "hpmapper", Load: load[hpmapper.Results]},
 		{Name: "scale", Load: load[scale.Results]},
+		{Name: "multimake", Load: load[multimake.Results]},
 		{Name: "storage", Load: load[storage.Results]},
 	}
 }
@@ -78,7 +80,7 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
 	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
-	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newHPMapper(c), newStorage(c))
+	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newHPMapper(c), newMultiMake(c), newStorage(c))
 	return cmd
 }
 
@@ -389,5 +391,36 @@ at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
 	f.IntVar(&o.Parallel, "parallel", 0, "at most this many launching together (0: all)")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on containers not ready by then")
 	f.StringSliceVar(&limits, "limits", []string{"0", "1GiB"}, "memory limits of the containers' cgroup (0: none)")
+	return cmd
+}
+
+func newMultiMake(c *common) *cobra.Command {
+	var o multimake.Options
+	cmd := &cobra.Command{
+		Use:   "multimake",
+		Short: "MultiMake: one C program built by every gcc and clang of Debian bookworm, each its own image; pull, compile, test, delete, Slacker vs overlayfs (§7, Fig 24)",
+		Long: `Builds one image per compiler (gcc-11, gcc-12, clang-13..16, clang-19 on minbase +
+libc6-dev, cached in the corpus), publishes them, then from a cold node, for each
+compiler in turn: pulls its image, compiles the program in a container (the binary
+comes back on standard output), runs the binary --tests times on the host, and
+deletes the image. Reports each phase's time and the binaries' run times. Needs root.`,
+		Example: `  slacker bench eval multimake --corpus /var/tmp/slacker-bench/corpus
+  slacker bench eval multimake --only mm-gcc-12,mm-clang-14 --iterations 2000000`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Binaries, err = c.bins(); err != nil {
+				return err
+			}
+			o.Dir, o.CorpusDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("multimake"), c.corpus, c.runsOr(1), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := multimake.Run(cmd.Context(), o)
+			return c.finish(cmd, "multimake", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.Only, "only", nil, "compilers to use (default all: mm-gcc-11, mm-gcc-12, mm-clang-13, ...)")
+	f.IntVar(&o.Iterations, "iterations", 20000000, "rounds of the program's vector loop (the paper's 20M)")
+	f.IntVar(&o.Tests, "tests", 3, "runs of each binary on the host")
 	return cmd
 }

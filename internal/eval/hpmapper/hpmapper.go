@@ -21,23 +21,20 @@ package hpmapper
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
-	"github.com/opencontainers/go-digest"
-	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 
 	"github.com/slacker-dev/slacker/internal/bench/system"
 	"github.com/slacker-dev/slacker/internal/eval"
+	"github.com/slacker-dev/slacker/internal/eval/launch"
 	"github.com/slacker-dev/slacker/internal/hellobench/corpus"
 	"github.com/slacker-dev/slacker/internal/hellobench/workload"
 )
@@ -196,7 +193,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 					res.Meta.Done()
 					return res, ctx.Err()
 				}
-				smp := start(ctx, o, s, pair.Ref(s, img.Name), imageConfig(cfg.Config), re, dev, limit)
+				smp := start(ctx, o, s, pair.Ref(s, img.Name), cfg.Config, re, dev, limit)
 				smp.Run = run
 				o.Progress.Printf("run %d %-9s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d %s",
 					run, s.Name(), limitName(limit), smp.Ready, o.Containers, smp.Seconds, smp.ReadyMedian, eval.HumanBytes(smp.DiskReadBytes),
@@ -222,7 +219,7 @@ func limitName(n int64) string {
 
 // start runs one sample: a cold node in fresh cgroups, the image pulled, caches
 // dropped, then N containers at once.
-func start(ctx context.Context, o Options, s system.System, ref string, cfg ocispec.ImageConfig, re *regexp.Regexp, dev string, limit int64) Sample {
+func start(ctx context.Context, o Options, s system.System, ref string, cfg v1.Config, re *regexp.Regexp, dev string, limit int64) Sample {
 	smp := Sample{System: s.Name(), Limit: limit}
 	fail := func(err error) Sample {
 		smp.Error = err.Error()
@@ -248,14 +245,13 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg ocis
 	if err := conts.SetMemoryLimit(limit); err != nil {
 		return fail(err)
 	}
-	var l launcher
 	var pid int
 	work := filepath.Join(o.Dir, "hp-"+s.Name())
 	os.RemoveAll(work)
+	defer os.RemoveAll(work)
 	switch sys := s.(type) {
 	case *system.Containerd:
 		pid = sys.PID()
-		l = &ctrLauncher{sys: sys, ref: ref, args: o.Args}
 	case *system.Slacker:
 		info, err := sys.Client().Info(ctx)
 		if err != nil {
@@ -271,12 +267,9 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg ocis
 		return fail(err)
 	}
 	smp.PullSeconds = time.Since(pull).Seconds()
-	if sys, ok := s.(*system.Slacker); ok {
-		snap, err := snapshotOf(ctx, sys, ref)
-		if err != nil {
-			return fail(err)
-		}
-		l = &slackerLauncher{sys: sys, snapshot: snap, config: cfg, args: o.Args, dir: work}
+	l, err := launch.New(ctx, s, launch.Options{Dir: work, Ref: ref, Config: cfg, Args: o.Args, Cgroup: conts})
+	if err != nil {
+		return fail(err)
 	}
 	if err := system.DropCaches(); err != nil {
 		return fail(err)
@@ -291,7 +284,8 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg ocis
 	for i := range ids {
 		ids[i] = fmt.Sprintf("hp-%03d", i)
 	}
-	cs := make([]*container, len(ids))
+	cs := make([]*launch.Container, len(ids))
+	ready := make([]time.Duration, len(ids))
 	errs := make([]error, len(ids))
 	sem := make(chan struct{}, o.Parallel)
 	tctx, cancel := context.WithTimeout(ctx, o.Timeout)
@@ -308,21 +302,19 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg ocis
 				errs[i] = fmt.Errorf("%s: not launched: %w", id, tctx.Err())
 				return
 			}
-			c, err := launch(tctx, l, id, conts, re)
+			defer func() { <-sem }()
+			c, err := launch.Start(tctx, l, id)
 			if err != nil {
-				<-sem
 				errs[i] = fmt.Errorf("%s: %w", id, err)
 				return
 			}
 			cs[i] = c
-			select {
-			case <-c.ready:
-			case <-c.exited:
-				errs[i] = fmt.Errorf("%s exited before it was ready (%v): %s", id, c.exitErr, lastLine(c.tail.String()))
-			case <-tctx.Done():
-				errs[i] = fmt.Errorf("%s not ready within %s: %s", id, o.Timeout, lastLine(c.tail.String()))
+			at, err := c.WaitLine(tctx, re)
+			if err != nil {
+				errs[i] = err
+				return
 			}
-			<-sem
+			ready[i] = at.Sub(c.Started)
 		}()
 	}
 	wg.Wait()
@@ -331,7 +323,7 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg ocis
 	for i, c := range cs {
 		if errs[i] == nil && c != nil {
 			smp.Ready++
-			took = append(took, c.took.Seconds())
+			took = append(took, ready[i].Seconds())
 		} else if errs[i] != nil {
 			smp.Failed = append(smp.Failed, errs[i].Error())
 		}
@@ -361,29 +353,13 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg ocis
 		smp.Error = fmt.Sprintf("%d of %d containers not ready; first: %s", o.Containers-smp.Ready, o.Containers, firstOf(smp.Failed))
 	}
 	// Stop and remove everything.
-	cctx := context.WithoutCancel(ctx)
-	for i, c := range cs {
-		if c == nil {
-			continue
-		}
-		l.kill(cctx, ids[i])
-		select {
-		case <-c.exited:
-		case <-time.After(30 * time.Second):
-			if c.cmd.Process != nil {
-				c.cmd.Process.Kill()
-			}
-			<-c.exited
-		}
-	}
-	for i, c := range cs {
+	for _, c := range cs {
 		if c != nil {
-			if err := l.remove(cctx, ids[i]); err != nil && smp.Error == "" {
+			if err := c.Stop(ctx); err != nil && smp.Error == "" {
 				smp.Error = "clean-up: " + err.Error()
 			}
 		}
 	}
-	os.RemoveAll(work)
 	return smp
 }
 
@@ -394,17 +370,6 @@ func firstOf(s []string) string {
 	return s[0]
 }
 
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		s = strings.TrimSpace(s[i+1:])
-	}
-	if len(s) > 300 {
-		s = s[:300]
-	}
-	return s
-}
-
 // fetched is what the node fetched from its store (0 for containerd).
 func fetched(ctx context.Context, s system.System) int64 {
 	if sys, ok := s.(*system.Slacker); ok {
@@ -413,27 +378,4 @@ func fetched(ctx context.Context, s system.System) int64 {
 		}
 	}
 	return 0
-}
-
-// snapshotOf finds the snapshot of a pulled image.
-func snapshotOf(ctx context.Context, s *system.Slacker, ref string) (digest.Digest, error) {
-	r, err := s.CLI(ctx, "images", "--json")
-	if err != nil {
-		return "", err
-	}
-	var imgs []struct {
-		Name       string `json:"name"`
-		Descriptor struct {
-			Snapshot string `json:"snapshot"`
-		} `json:"descriptor"`
-	}
-	if err := json.Unmarshal([]byte(r.Stdout), &imgs); err != nil {
-		return "", fmt.Errorf("slacker images --json: %w", err)
-	}
-	for _, im := range imgs {
-		if im.Name == ref {
-			return digest.Parse(im.Descriptor.Snapshot)
-		}
-	}
-	return "", errors.New("pulled " + ref + " but slacker images does not list it")
 }

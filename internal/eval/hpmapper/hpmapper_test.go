@@ -4,26 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	v1 "github.com/google/go-containerregistry/pkg/v1"
-
 	"github.com/slacker-dev/slacker/internal/eval"
 )
-
-func TestTailAndLastLine(t *testing.T) {
-	w := &tailWriter{max: 8}
-	w.Write([]byte("hello "))
-	w.Write([]byte("world\nlast"))
-	if got := w.String(); got != "rld\nlast" {
-		t.Fatalf("tail %q", got)
-	}
-	if lastLine("a\nb\n c \n") != "c" || lastLine("") != "" {
-		t.Fatal("lastLine")
-	}
-	c := imageConfig(v1.Config{User: "u", Cmd: []string{"x"}, Env: []string{"A=1"}, WorkingDir: "/w"})
-	if c.User != "u" || c.Cmd[0] != "x" || c.Env[0] != "A=1" || c.WorkingDir != "/w" {
-		t.Fatalf("config %+v", c)
-	}
-}
 
 func TestSection(t *testing.T) {
 	r := &Results{Meta: eval.NewMeta("hpmapper"), Image: "prometheus", Containers: 64, Parallel: 64, Limits: []int64{0, 1 << 30}, Runs: 1}
