@@ -331,3 +331,30 @@ func TestCleanup(t *testing.T) {
 	}
 	f.d.Node.DeleteVolume(f.ctx, "other")
 }
+
+func TestRootsListRecordsAndBase(t *testing.T) {
+	dir := t.TempDir()
+	os.MkdirAll(filepath.Join(dir, "records"), 0o700)
+	a, b, c := digest.FromString("a"), digest.FromString("b"), digest.FromString("c")
+	os.WriteFile(filepath.Join(dir, "records", "1.json"), []byte(`{"snapshot":"`+a.String()+`"}`), 0o600)
+	os.WriteFile(filepath.Join(dir, "records", "2.json"), []byte(`{"snapshot":"`+b.String()+`","lazy":true}`), 0o600)
+	os.WriteFile(filepath.Join(dir, "base.json"), []byte(`{"size":1,"snapshot":"`+c.String()+`"}`), 0o600)
+	other := digest.FromString("named")
+	got, err := snapshotter.Snapshots(dir, func(context.Context) ([]digest.Digest, error) { return []digest.Digest{other}, nil })(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[digest.Digest]bool{a: true, b: true, c: true, other: true}
+	if len(got) != len(want) {
+		t.Fatalf("roots %v", got)
+	}
+	for _, d := range got {
+		if !want[d] {
+			t.Fatalf("unexpected root %s", d)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "records", "3.json"), []byte(`garbage`), 0o600)
+	if _, err := snapshotter.Snapshots(dir, nil)(context.Background()); err == nil {
+		t.Fatal("an unreadable record did not fail the roots")
+	}
+}
