@@ -616,3 +616,51 @@ func BenchmarkGet(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkSnapshotUpload uploads chunks the way a snapshot does (four workers,
+// each asking Exists and then Put) into a repository that already holds 1000
+// packs, so each miss lists a realistic number of tags.
+func BenchmarkSnapshotUpload(b *testing.B) {
+	s := newStore(b, func(o *Options) { o.SoloSize = 1 })
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 32)
+	for i := 0; i < 1000; i++ {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			if _, err := store.PutBytes(context.Background(), s, randBytes(100)); err != nil {
+				b.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	w := reopen(b, s, nil)
+	b.SetBytes(64 * (64 << 10))
+	for b.Loop() {
+		chunks := make(chan []byte, 64)
+		for range 64 {
+			chunks <- randBytes(64 << 10)
+		}
+		close(chunks)
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for c := range chunks {
+					d := digest.FromBytes(c)
+					if ok, err := store.Exists(context.Background(), w, d); err != nil || ok {
+						b.Errorf("exists: %v %v", ok, err)
+						return
+					}
+					if err := w.Put(context.Background(), d, int64(len(c)), bytes.NewReader(c)); err != nil {
+						b.Error(err)
+						return
+					}
+				}
+			}()
+		}
+		wg.Wait()
+	}
+}
