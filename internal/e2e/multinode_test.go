@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
@@ -99,8 +100,10 @@ func testManyNodes(t *testing.T, layout, backend string) {
 	a := node{t, nw.Nodes[0], testenv.StartProcessIn(t, nw.Nodes[0], filepath.Join(work, "nodeA"), loc)}
 	b := node{t, nw.Nodes[1], testenv.StartProcessIn(t, nw.Nodes[1], filepath.Join(work, "nodeB"), loc)}
 
-	// A: convert (every chunk goes to MinIO over the veth) and push the name.
+	// A: convert (every chunk goes to the store over the veth) and push the name.
+	start := time.Now()
 	a.cli(0, "convert", "-q", "oci:"+layout+":bookworm", "debian:v1")
+	t.Logf("A converted the image into the %s store in %v", backend, time.Since(start).Round(time.Millisecond))
 	var images []struct {
 		Name       string `json:"name"`
 		Descriptor struct {
