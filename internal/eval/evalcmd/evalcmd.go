@@ -16,6 +16,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/eval"
 	"github.com/slacker-dev/slacker/internal/eval/analysis"
 	"github.com/slacker-dev/slacker/internal/eval/hpmapper"
+	"github.com/slacker-dev/slacker/internal/eval/longrun"
 	"github.com/slacker-dev/slacker/internal/eval/micro"
 	"github.com/slacker-dev/slacker/internal/eval/multimake"
 	"github.com/slacker-dev/slacker/internal/eval/report"
@@ -42,6 +43,7 @@ func Items() []report.Item {
 		{Name: "micro", Load: load[micro.Results]},
 		{Name: "hpmapper", Load: load[hpmapper.Results]},
 		{Name: "scale", Load: load[scale.Results]},
+		{Name: "longrun", Load: load[longrun.Results]},
 		{Name: "multimake", Load: load[multimake.Results]},
 		{Name: "storage", Load: load[storage.Results]},
 	}
@@ -80,7 +82,7 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
 	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
-	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newHPMapper(c), newMultiMake(c), newStorage(c))
+	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newLongrun(c), newMultiMake(c), newHPMapper(c), newStorage(c))
 	return cmd
 }
 
@@ -422,5 +424,38 @@ deletes the image. Reports each phase's time and the binaries' run times. Needs 
 	f.StringSliceVar(&o.Only, "only", nil, "compilers to use (default all: mm-gcc-11, mm-gcc-12, mm-clang-13, ...)")
 	f.IntVar(&o.Iterations, "iterations", 20000000, "rounds of the program's vector loop (the paper's 20M)")
 	f.IntVar(&o.Tests, "tests", 3, "runs of each binary on the host")
+	return cmd
+}
+
+func newLongrun(c *common) *cobra.Command {
+	var o longrun.Options
+	cmd := &cobra.Command{
+		Use:   "longrun",
+		Short: "pgbench on postgres, redis-benchmark on redis, wrk on nginx and on a node server: throughput with start-up, and time to the first request (Fig 21)",
+		Long: `For each server (postgres, redis, nginx, express) and each system, from a cold node:
+pull, start the container, wait for the first request served, then load it with its
+benchmark client (pgbench, redis-benchmark, wrk, run on the host in the container's
+network namespace) until --duration after the pull began. Reports throughput over
+the whole window (start-up included) and while loaded, and the start-up delay.
+Needs root, postgresql-client, redis-tools, wrk and curl.`,
+		Example: `  slacker bench eval longrun --duration 5m
+  slacker bench eval longrun --duration 30s --only redis,nginx`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var err error
+			if o.Binaries, err = c.bins(); err != nil {
+				return err
+			}
+			o.Dir, o.CorpusDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("longrun"), c.corpus, c.runsOr(1), c.seed, c.daemonArgs
+			o.Progress = c.progress(cmd)
+			res, err := longrun.Run(cmd.Context(), o)
+			return c.finish(cmd, "longrun", nilIfEmpty(res), err)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file")
+	f.StringSliceVar(&o.Only, "only", nil, "servers to run (default all: postgres, redis, nginx, express)")
+	f.DurationVar(&o.Duration, "duration", 5*time.Minute, "window of each experiment, from the start of the pull")
+	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "give up on a server that serves no request by then")
 	return cmd
 }

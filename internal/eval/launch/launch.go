@@ -54,9 +54,9 @@ type Options struct {
 	// the command, user and environment from it, as its names store would).
 	Ref    string
 	Config v1.Config
-	// Args replace the image's command when set; User replaces its user.
+	// Args replace the image's command when set (the image's user, environment and
+	// working directory apply).
 	Args []string
-	User string
 	// Cgroup, if set, is the parent of the containers' cgroups.
 	Cgroup eval.Cgroup
 }
@@ -261,9 +261,6 @@ func (l *ctrLauncher) start(ctx context.Context, id string, out io.Writer) (*exe
 	if l.o.Cgroup != "" {
 		args = append(args, "--cgroup", string(l.o.Cgroup.Child(id)))
 	}
-	if l.o.User != "" {
-		args = append(args, "--user", l.o.User)
-	}
 	for _, f := range runc.EtcFiles {
 		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/etc/%s,options=rbind:rw", filepath.Join(ed, f), f))
 	}
@@ -327,7 +324,7 @@ func (l *slackerLauncher) start(ctx context.Context, id string, out io.Writer) (
 	if err != nil {
 		return nil, err
 	}
-	spec, err := runc.Spec(runc.Config{ID: id, Rootfs: v.Mountpoint, Image: ImageConfig(l.o.Config), Args: l.o.Args, User: l.o.User, EtcDir: ed})
+	spec, err := runc.Spec(runc.Config{ID: id, Rootfs: v.Mountpoint, Image: ImageConfig(l.o.Config), Args: l.o.Args, EtcDir: ed})
 	if err != nil {
 		return nil, err
 	}
