@@ -181,11 +181,16 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Mount {
-		if v, err = s.node.MountVolume(r.Context(), v.ID, req.ReadOnly); err != nil {
-			s.node.DeleteVolume(context.WithoutCancel(r.Context()), v.ID)
+		mounted, err := s.node.MountVolume(r.Context(), v.ID, req.ReadOnly)
+		if err != nil {
+			// v, not mounted: the volume must not outlive the failed request.
+			if derr := s.node.DeleteVolume(context.WithoutCancel(r.Context()), v.ID); derr != nil {
+				s.log.Error("volume-delete-failed", "volume", v.ID, "err", derr)
+			}
 			s.fail(w, r, err)
 			return
 		}
+		v = mounted
 	}
 	writeJSON(w, http.StatusCreated, volumeOf(v))
 }
