@@ -664,3 +664,20 @@ func BenchmarkSnapshotUpload(b *testing.B) {
 		wg.Wait()
 	}
 }
+
+// TestFaults: the store through a fault proxy (registry gone, transfer cut, hang).
+func TestFaults(t *testing.T) {
+	r := registry(t)
+	p, err := faultproxy.Start(faultproxy.Options{Target: r.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	storetest.RunFaults(t, p, func(t *testing.T, addr string) store.Store {
+		s, err := New(Options{Repository: addr + "/" + repoName(t)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
+}

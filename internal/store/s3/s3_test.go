@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
@@ -323,4 +324,25 @@ func BenchmarkGet(b *testing.B) {
 		}
 		i++
 	}
+}
+
+// TestFaults: the store through a fault proxy (server gone, transfer cut, hang).
+func TestFaults(t *testing.T) {
+	m := minioServer(t)
+	p, err := faultproxy.Start(faultproxy.Options{Target: m.Addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.Close() })
+	storetest.RunFaults(t, p, func(t *testing.T, addr string) store.Store {
+		s, err := New(Options{Endpoint: addr, Bucket: "slacker-test", Prefix: randomName(t), AccessKey: m.AccessKey,
+			SecretKey: m.SecretKey, Insecure: true, MaxRetries: 1})
+		if err == nil {
+			err = s.EnsureBucket(t.Context())
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	})
 }
