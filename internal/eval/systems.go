@@ -72,9 +72,13 @@ func (p *Pair) Shuffled(rng *rand.Rand) []system.System {
 	return s
 }
 
-// Publish makes img pullable by both systems.
-func (p *Pair) Publish(ctx context.Context, img system.Image) error {
-	for _, s := range p.Systems() {
+// Publish makes img pullable by both systems (or only by those given).
+func (p *Pair) Publish(ctx context.Context, img system.Image, only ...system.System) error {
+	systems := p.Systems()
+	if len(only) > 0 {
+		systems = only
+	}
+	for _, s := range systems {
 		ref, _, err := s.Publish(ctx, img, p.Registry.Addr)
 		if err != nil {
 			return fmt.Errorf("publish %s for %s: %w", img.Name, s.Name(), err)

@@ -7,7 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/eval"
+	"github.com/slacker-dev/slacker/internal/eval/startup"
 )
 
 // tarOf builds an uncompressed layer tar.
@@ -123,5 +125,24 @@ func TestSection(t *testing.T) {
 		if !strings.HasPrefix(f.SVG, "<svg") {
 			t.Fatalf("figure %s", f.File)
 		}
+	}
+}
+
+func TestStartOf(t *testing.T) {
+	var p startup.Pair
+	p.First = startup.Result{Seconds: 1.5, HasStats: true, Stats: api.VolumeStats{BaseReadRuns: [][2]int64{{0, 10}, {20, 30}}, BaseReadBytes: 90000, FetchedBytes: 1 << 20, WrittenBytes: 4096}}
+	p.Second = startup.Result{Seconds: 0.5, HasStats: true, Stats: api.VolumeStats{BaseReadRuns: [][2]int64{{5, 25}}, WrittenBytes: 8192, BaseReadRunsTruncated: true}}
+	st := StartOf(p)
+	if st.ReadBytes != 20*BlockSize || st.RawReadBytes != 90000 || st.FetchedBytes != 1<<20 || st.WrittenBytes != 4096 {
+		t.Fatalf("first: %+v", st)
+	}
+	if st.ReadBytes2 != 20*BlockSize || st.HitBytes != 10*BlockSize || st.MissBytes != 10*BlockSize || st.WrittenBytes2 != 8192 || !st.Truncated {
+		t.Fatalf("second: %+v", st)
+	}
+	if st.Seconds != 1.5 || st.Seconds2 != 0.5 {
+		t.Fatalf("times: %+v", st)
+	}
+	if z := StartOf(startup.Pair{}); z.ReadBytes != 0 || z.HitBytes != 0 {
+		t.Fatalf("no stats: %+v", z)
 	}
 }

@@ -249,12 +249,14 @@ func newMicro(c *common) *cobra.Command {
 	var sizes []string
 	cmd := &cobra.Command{
 		Use:   "micro",
-		Short: "open() latency by layer depth and 1-byte append latency by file size, Slacker vs overlayfs (Fig 11, HP-Mapper's COW table)",
+		Short: "open() latency by layer depth, 1-byte append latency by file size, second-run time: Slacker vs overlayfs (Fig 11, 22, HP-Mapper's COW table)",
 		Long: `Slacker Fig 11a: an image of --layers layers of --files empty files each (one
 directory); on a cold node, with the page cache dropped before every open, opens
 --opens files per layer in random order. Fig 11b and HP-Mapper's copy-on-write table:
 an image whose bottom layer holds one random file per --sizes; a 1-byte append to each
-(after a stat), with and without fsync. Needs root.`,
+(after a stat), with and without fsync. Fig 22: every workload of --workloads (or
+--only) started twice on one node, from cold; the second container's time until
+ready. Needs root.`,
 		Example: `  slacker bench eval micro
   slacker bench eval micro --sizes 4KiB,64KiB,1MiB,16MiB,64MiB,256MiB,1GiB --runs 5`,
 		Args: cobra.NoArgs,
@@ -267,6 +269,7 @@ an image whose bottom layer holds one random file per --sizes; a 1-byte append t
 				return err
 			}
 			o.Dir, o.ImagesDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("micro"), c.images, c.runsOr(3), c.seed, c.daemonArgs
+			o.CorpusDir = c.corpus
 			o.Progress = c.progress(cmd)
 			res, err := micro.Run(cmd.Context(), o)
 			return c.finish(cmd, "micro", nilIfEmpty(res), err)
@@ -277,7 +280,10 @@ an image whose bottom layer holds one random file per --sizes; a 1-byte append t
 	f.IntVar(&o.FilesPerLayer, "files", 1000, "empty files per layer")
 	f.IntVar(&o.OpensPerLayer, "opens", 10, "files opened per layer and run")
 	f.StringSliceVar(&sizes, "sizes", []string{"4KiB", "64KiB", "1MiB", "16MiB", "64MiB", "256MiB"}, "sizes of the files appended to")
-	f.StringSliceVar(&o.Skip, "skip", nil, "parts to skip: open, append")
+	f.StringSliceVar(&o.Skip, "skip", nil, "parts to skip: open, append, rerun")
+	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file (second-run part)")
+	f.StringSliceVar(&o.Only, "only", nil, "workloads of the second-run part (default all)")
+	f.IntVar(&o.RerunRuns, "rerun-runs", 1, "repetitions of the second-run part (0: --runs)")
 	return cmd
 }
 
