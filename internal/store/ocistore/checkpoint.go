@@ -22,8 +22,9 @@ import (
 // is a blob listing many packs with their objects, under a manifest tagged
 // i-<hex of the blob>: a refresh reads the checkpoints it has not seen (two
 // requests each) and only the manifests of packs no checkpoint covers. Writers
-// checkpoint their own packs every CheckpointEvery packs; a refresh that had to
-// read that many manifests one by one checkpoints them for the next node. A
+// checkpoint their own packs every CheckpointEvery packs, when their uploads pause
+// and when they close; a refresh that had to read minCheckpointRead manifests one
+// by one checkpoints them for the next node; past maxCheckpoints they are merged. A
 // checkpoint's word about a pack counts only while the pack's own tag is listed, so
 // a stale checkpoint never brings back a deleted pack; and like every index entry
 // it is checked by the digests of the bytes it leads to, never trusted with data.

@@ -53,8 +53,8 @@ type Options struct {
 	// than RangeGap apart are read in one ranged request of at most MaxRange
 	// (64 KiB, 8 MiB).
 	RangeGap, MaxRange int64
-	// CheckpointEvery: a node checkpoints the index (see checkpoint.go) after
-	// uploading, or reading one by one, this many packs (256).
+	// CheckpointEvery: a node checkpoints the packs it uploaded (see
+	// checkpoint.go) every this many (256).
 	CheckpointEvery int
 	// CheckpointQuiet: a node checkpoints the rest of its packs once its uploads
 	// pause this long (1s).
@@ -395,7 +395,7 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 		}
 	}
 	s.mu.Unlock()
-	if len(read) >= s.o.CheckpointEvery {
+	if len(read) >= minCheckpointRead {
 		s.checkpointLater(read, "read one by one")
 	}
 	if len(allIdx) > maxCheckpoints {
@@ -403,6 +403,11 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	}
 	return nil
 }
+
+// minCheckpointRead: a refresh that read this many pack manifests one by one
+// checkpoints them, so the next cold node does not (the node that wrote them may
+// have stopped before checkpointing its last packs).
+const minCheckpointRead = 16
 
 // maxCheckpoints: more checkpoint tags than this are merged into one, so a cold
 // index costs a handful of reads.
@@ -470,6 +475,22 @@ func (s *Store) Wait() {
 	s.checkpointRest()
 	s.bgWG.Wait()
 }
+
+// Close is Wait, bounded to closeWait: slackerd calls it when it stops, so that
+// the last packs it wrote are checkpointed for the nodes that read them next (a
+// registry that is away does not hold the shutdown). The store stays usable.
+func (s *Store) Close() error {
+	done := make(chan struct{})
+	go func() { s.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-time.After(closeWait):
+		return fmt.Errorf("close %s: index checkpoints still running after %v", s, closeWait)
+	}
+}
+
+const closeWait = 15 * time.Second
 
 // locate finds d, refreshing the index on a miss (and, when stat is set, when the
 // index is older than MaxAge).
