@@ -6,6 +6,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -199,6 +200,13 @@ func run(cfg config.Daemon) error {
 		log.Error("close-failed", "err", cerr)
 		if err == nil {
 			err = cerr
+		}
+	}
+	// A store may have work in the background (a registry store's index
+	// checkpoints): let it finish.
+	if c, ok := st.(io.Closer); ok {
+		if cerr := c.Close(); cerr != nil {
+			log.Error("store-close-failed", "err", cerr)
 		}
 	}
 	os.Remove(r.Socket)
