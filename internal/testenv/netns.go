@@ -122,7 +122,9 @@ func (ns *Netns) Dial(t testing.TB, addr string) {
 func hostOf(addr string) string { h, _, _ := net.SplitHostPort(addr); return h }
 func portOf(addr string) string { _, p, _ := net.SplitHostPort(addr); return p }
 
-// StartProcessIn is StartProcess with the daemon in the namespace ns.
+// StartProcessIn is StartProcess with the daemon in the namespace ns (its network
+// only: it shares the mount namespace). Restart would start it outside ns: start
+// another with StartProcessIn instead.
 func StartProcessIn(t testing.TB, ns *Netns, root, store string, extra ...string) *Process {
 	t.Helper()
 	RequirePrivileged(t)
