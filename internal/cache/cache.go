@@ -1,6 +1,7 @@
 package cache
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,7 +34,10 @@ type Options struct {
 	// NoDisk keeps no disk tier: right when the store is itself a local directory,
 	// where a second copy of each chunk on the same disk only costs writes.
 	NoDisk bool
-	Logger *slog.Logger
+	// Prefetches bounds the background prefetches at once (64): enough to keep a
+	// sequential reader's readahead window (16 MiB of 256 KiB chunks) in flight.
+	Prefetches int
+	Logger     *slog.Logger
 }
 
 // Stats are the cache's counters.
@@ -101,7 +105,7 @@ func Open(opts Options, src Source) (*Cache, error) {
 	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes, noDisk: opts.NoDisk,
 		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),
 		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64),
-		prefetch: make(chan struct{}, 8)}
+		prefetch: make(chan struct{}, cmp.Or(max(opts.Prefetches, 0), 64))}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)

@@ -16,7 +16,7 @@ import (
 
 // Options tune a Fetcher. Zero values take the defaults shown.
 type Options struct {
-	Parallel   int           // concurrent store reads (16)
+	Parallel   int           // concurrent store reads (64: a readahead window in flight)
 	Attempt    time.Duration // deadline of one attempt (30s)
 	MaxWait    time.Duration // total time a chunk may take, retries included (60s)
 	Backoff    time.Duration // first retry delay, doubled each time (50ms)
@@ -41,7 +41,7 @@ type Fetcher struct {
 // New returns a Fetcher reading from st.
 func New(st store.Store, opts Options) *Fetcher {
 	if opts.Parallel <= 0 {
-		opts.Parallel = 16
+		opts.Parallel = 64
 	}
 	if opts.Attempt <= 0 {
 		opts.Attempt = 30 * time.Second

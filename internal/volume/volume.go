@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -45,8 +46,10 @@ type Prefetcher interface {
 	Prefetch(cs []blockmap.Chunk, fetched func(n int64))
 }
 
-// maxReadahead bounds the chunks fetched ahead of a sequential reader.
-const maxReadahead = 16
+// maxReadaheadBytes bounds what is fetched ahead of a sequential reader: 16 MiB
+// keeps a 1 Gbit/s link with a 50 ms round trip busy (its bandwidth-delay product
+// is 6 MB; docs/BENCHMARKS.md) and is a quarter of the default memory tier.
+const maxReadaheadBytes = 16 << 20
 
 // Meta is the persistent record of a volume (volume.json).
 type Meta struct {
@@ -103,8 +106,9 @@ type Volume struct {
 	closed atomic.Bool
 
 	raMu     sync.Mutex
-	raEnd    int64 // end of the last base read that missed the cache
-	raStreak int   // consecutive misses that followed one another
+	raEnd    int64 // end of the reader's stream: the furthest base read that followed the last
+	raStreak int   // consecutive base reads that followed one another
+	raAhead  int64 // end of what was last requested ahead of the stream
 
 	readBytes, writtenBytes, baseReadBytes, fetchedBytes, hits, misses atomic.Int64
 
@@ -334,6 +338,13 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 			data++
 		}
 	}
+	// One read is one access for readahead, however many chunks it spans.
+	for i := len(pieces) - 1; i >= 0; i-- {
+		if !pieces[i].Hole {
+			v.readahead(off, pieces[i])
+			break
+		}
+	}
 	read := func(ctx context.Context, pc blockmap.Piece) error {
 		hit, fetched, err := v.chunks.ReadChunk(ctx, pc.Chunk, dst[pc.Offset-off:pc.Offset-off+pc.Length], pc.ChunkOffset)
 		if err != nil {
@@ -346,7 +357,6 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 			v.hits.Add(1)
 		} else {
 			v.misses.Add(1)
-			v.readahead(pc)
 		}
 		return nil
 	}
@@ -368,35 +378,67 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 	return g.Wait()
 }
 
-// readahead is called after a read of piece pc missed the cache. When misses follow
-// one another through the volume, the chunks that come next are fetched in the
-// background, in a window that doubles with each sequential miss up to
-// maxReadahead chunks; a random reader fetches nothing extra.
-func (v *Volume) readahead(pc blockmap.Piece) {
+// readahead is called before each read of the base, from off to the end of its last
+// piece pc. When reads follow one
+// another through the volume, the chunks that come next are requested in the
+// background (cache hits included, so the window moves on with the reader rather
+// than stopping where the last one ended): the window doubles with each read in
+// sequence, up to maxReadaheadBytes, and is topped up whenever less than half of
+// it lies ahead of the reader. A random reader fetches nothing extra. Reads that
+// run concurrently (one FUSE request spans several chunks) may arrive a little
+// out of order; a few chunks of slack keep them in sequence.
+func (v *Volume) readahead(off int64, pc blockmap.Piece) {
 	pf, ok := v.chunks.(Prefetcher)
 	if !ok {
 		return
 	}
+	size := max(pc.Chunk.Size, BlockSize)
+	end := pc.Offset + pc.Length
 	v.raMu.Lock()
-	sequential := pc.Offset >= v.raEnd-pc.Chunk.Size && pc.Offset <= v.raEnd+2*pc.Chunk.Size && v.raEnd > 0
+	sequential := v.raEnd > 0 && off >= v.raEnd-4*size && off <= v.raEnd+4*size
 	if sequential {
 		v.raStreak++
+		v.raEnd = max(v.raEnd, end)
 	} else {
-		v.raStreak = 0
+		v.raStreak, v.raEnd, v.raAhead = 0, end, 0
 	}
-	v.raEnd = pc.Offset + pc.Length
-	window := 0
-	if v.raStreak > 0 {
-		window = min(1<<min(v.raStreak, 4), maxReadahead)
-	}
-	v.raMu.Unlock()
-	if window == 0 {
+	if v.raStreak == 0 {
+		v.raMu.Unlock()
 		return
 	}
-	next := v.base.ChunksAfter(pc.Offset+pc.Length, window, pc.Chunk.Digest)
+	window := min(int64(1)<<min(v.raStreak, 20), max(2, maxReadaheadBytes/size)) // chunks
+	if v.raAhead-v.raEnd > window*size/2 {
+		v.raMu.Unlock()
+		return // enough is on its way
+	}
+	from := max(v.raAhead, v.raEnd)
+	next, reach := chunksAfter(v.base, from, int(window-max(0, (v.raAhead-v.raEnd)/size)), pc.Chunk.Digest)
+	if reach > v.raAhead {
+		v.raAhead = reach
+	}
+	v.raMu.Unlock()
 	if len(next) > 0 {
 		pf.Prefetch(next, func(n int64) { v.fetchedBytes.Add(n) })
 	}
+}
+
+// chunksAfter returns up to n distinct chunks of the extents at or after off (but
+// skip), in order, and the end of the last extent it looked at.
+func chunksAfter(m *blockmap.Map, off int64, n int, skip digest.Digest) ([]blockmap.Chunk, int64) {
+	var out []blockmap.Chunk
+	reach := off
+	seen := map[int]bool{}
+	i := sort.Search(len(m.Extents), func(i int) bool { return m.Extents[i].End() > off })
+	for ; i < len(m.Extents) && len(out) < n; i++ {
+		e := m.Extents[i]
+		reach = e.End()
+		if seen[e.Chunk] || m.Chunks[e.Chunk].Digest == skip {
+			continue
+		}
+		seen[e.Chunk] = true
+		out = append(out, m.Chunks[e.Chunk])
+	}
+	return out, reach
 }
 
 // lockBlocks locks the stripes of blocks [first, last] in ascending order.
