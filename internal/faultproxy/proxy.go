@@ -138,8 +138,13 @@ func (p *Proxy) SetBandwidth(bytesPerSecond int64) {
 	if bytesPerSecond > 0 {
 		lim = rate.Limit(bytesPerSecond)
 	}
-	p.up.SetLimit(lim)
-	p.downRate.SetLimit(lim)
+	// The bucket holds 10 ms of traffic: timers oversleep by a fraction of a
+	// millisecond, and a smaller bucket would lose that time's tokens.
+	b := max(burst, int(bytesPerSecond/100))
+	for _, l := range []*rate.Limiter{p.up, p.downRate} {
+		l.SetLimit(lim)
+		l.SetBurst(b)
+	}
 }
 
 // SetHang stops (true) or resumes (false) moving bytes. Connections stay open and
