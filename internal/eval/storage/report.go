@@ -117,7 +117,7 @@ func (r *Results) Section() eval.Section {
 		sec.Tables = append(sec.Tables, sw)
 	}
 	for _, t := range tests {
-		for _, tg := range []string{"ext4", "overlayfs", "slacker"} {
+		for _, tg := range []string{"ext4", "overlayfs", "slacker", "slacker-cache"} {
 			if !slices.Contains(ts, tg) {
 				continue
 			}
@@ -140,6 +140,8 @@ func targetColor(t string, i int) string {
 		return plot.Baseline
 	case "slacker":
 		return plot.Slacker
+	case "slacker-cache":
+		return "#66c2a5"
 	}
 	return plot.Palette[(i+2)%len(plot.Palette)]
 }

@@ -44,7 +44,7 @@ type Options struct {
 }
 
 // AllTargets are the storage stacks measured, in report order.
-var AllTargets = []string{"ext4", "ext4-loop", "xfs-loop", "btrfs-loop", "btrfs-nodatacow", "overlayfs", "slacker"}
+var AllTargets = []string{"ext4", "ext4-loop", "xfs-loop", "btrfs-loop", "btrfs-nodatacow", "overlayfs", "slacker", "slacker-cache"}
 
 var targetDesc = map[string]string{
 	"ext4":            "plain ext4: a directory of the host's filesystem (the data-volume case)",
@@ -54,6 +54,7 @@ var targetDesc = map[string]string{
 	"btrfs-nodatacow": "btrfs mounted with nodatacow",
 	"overlayfs":       "containerd's overlayfs snapshot of the image (files in the lower layer)",
 	"slacker":         "Slacker's container root: ext4 on loop on FUSE on slackerd, cloned from the image",
+	"slacker-cache":   "the same with slackerd's memory cache sized to hold all the files (--cache-memory)",
 }
 
 // Sample is one fio run.
@@ -170,7 +171,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}()
 	for _, n := range names {
 		switch n {
-		case "overlayfs", "slacker":
+		case "overlayfs", "slacker", "slacker-cache":
 			if pair == nil {
 				if pair, err = eval.StartPair(ctx, eval.PairOptions{Dir: filepath.Join(o.Dir, "sys"), Binaries: o.Binaries, DaemonArgs: o.DaemonArgs}); err != nil {
 					return nil, err
@@ -181,10 +182,25 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 				}
 			}
 			s := system.System(pair.Slacker)
-			if n == "overlayfs" {
-				s = pair.Overlay
+			ref := pair.Ref(s, img.Name)
+			switch n {
+			case "overlayfs":
+				s, ref = pair.Overlay, pair.Ref(pair.Overlay, img.Name)
+			case "slacker-cache":
+				mem := fmt.Sprintf("--cache-memory=%d", 2*int64(o.Jobs)*o.FileSize)
+				big, err := system.NewSlacker(system.SlackerOptions{Dir: filepath.Join(o.Dir, "sys", "slacker-cache"),
+					Slacker: o.Binaries.Slacker, Slackerd: o.Binaries.Slackerd, DaemonArgs: append(append([]string(nil), o.DaemonArgs...), mem)})
+				if err != nil {
+					return nil, err
+				}
+				defer big.Close()
+				if ref, _, err = big.Publish(ctx, img, pair.Registry.Addr+"/cache"); err != nil {
+					return nil, err
+				}
+				s = big
+				res.Config.SlackerdArgs = append(res.Config.SlackerdArgs, "slacker-cache: "+mem)
 			}
-			targets = append(targets, &sysTarget{sys: s, ref: pair.Ref(s, img.Name)})
+			targets = append(targets, &sysTarget{label: n, sys: s, ref: ref})
 		default:
 			o.Progress.Printf("making %s", n)
 			t, err := newFSTarget(ctx, n, filepath.Join(o.Dir, "fs"), o.LoopSize, blob)
@@ -326,12 +342,13 @@ func layerBlob(img system.Image) (string, error) {
 
 // sysTarget is a container root of a system, fresh and cold for every open.
 type sysTarget struct {
+	label   string
 	sys     system.System
 	ref     string
 	unmount func() error
 }
 
-func (t *sysTarget) name() string { return t.sys.Name() }
+func (t *sysTarget) name() string { return t.label }
 
 func (t *sysTarget) open(ctx context.Context) (string, error) {
 	if err := t.sys.Cold(ctx); err != nil {
