@@ -295,15 +295,18 @@ func (c *Cache) fetchedChunk(ch blockmap.Chunk, data []byte, leader uint64) (*re
 }
 
 // Prefetch loads chunks into the cache in the background. Chunks already cached
-// or loading are skipped, and so are chunks beyond the few prefetches allowed at
-// once: prefetch never queues work or blocks the caller. fetched, if set, is called
-// with the bytes each load moved from the store.
-func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) {
+// or loading are skipped, and so are chunks beyond the prefetches allowed at once:
+// prefetch never queues work or blocks the caller. It returns how many of the
+// leading chunks of cs are cached or on their way. fetched, if set, is called with
+// the bytes each load moved from the store.
+func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) int {
 	if bs, ok := c.src.(BatchSource); ok && len(cs) > 1 && bs.BatchReads() {
-		c.prefetchBatch(bs, cs, fetched)
-		return
+		if c.prefetchBatch(bs, cs, fetched) {
+			return len(cs)
+		}
+		return 0
 	}
-	for _, ch := range cs {
+	for i, ch := range cs {
 		key := ch.Digest.String()
 		c.mu.Lock()
 		_, inMem := c.mem[key]
@@ -315,13 +318,13 @@ func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) {
 		select {
 		case c.prefetch <- struct{}{}:
 		default:
-			return
+			return i
 		}
 		c.pfMu.Lock()
 		if c.closed {
 			c.pfMu.Unlock()
 			<-c.prefetch
-			return
+			return i
 		}
 		c.pfWG.Add(1)
 		c.pfMu.Unlock()
@@ -340,6 +343,7 @@ func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) {
 			}
 		}()
 	}
+	return len(cs)
 }
 
 // BatchSource is an optional ability of a Source: fetching several chunks at once
@@ -356,7 +360,7 @@ type BatchSource interface {
 // background batch, taking one prefetch slot. Each is registered with the
 // singleflight group, so a reader that misses on one of them waits for the batch
 // instead of fetching it again.
-func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(n int64)) {
+func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(n int64)) bool {
 	var todo []blockmap.Chunk
 	seen := map[digest.Digest]bool{}
 	c.mu.Lock()
@@ -371,18 +375,18 @@ func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(
 	}
 	c.mu.Unlock()
 	if len(todo) == 0 {
-		return
+		return true
 	}
 	select {
 	case c.prefetch <- struct{}{}:
 	default:
-		return
+		return false
 	}
 	c.pfMu.Lock()
 	if c.closed {
 		c.pfMu.Unlock()
 		<-c.prefetch
-		return
+		return false
 	}
 	c.pfWG.Add(1)
 	c.pfMu.Unlock()
@@ -427,6 +431,7 @@ func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(
 			}
 		}
 	}()
+	return true
 }
 
 // Put adds a chunk the caller already holds (e.g. one it just uploaded), verified.

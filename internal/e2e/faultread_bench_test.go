@@ -130,8 +130,9 @@ func BenchmarkColdReadThroughProxy(b *testing.B) {
 			}
 			s := sample{rtt, took.Seconds(), n, after.Fetch.FetchedBytes - before.Fetch.FetchedBytes, after.Fetch.Requests - before.Fetch.Requests}
 			samples = append(samples, s)
-			fmt.Fprintf(os.Stderr, "run %d, %3d ms RTT: read %d MiB in %.2fs (%.0f MB/s), fetched %d MiB in %d requests; %.2fx the bound\n",
-				run, rtt.Milliseconds(), n>>20, s.secs, float64(n)/s.secs/1e6, s.fetched>>20, s.reqs, s.secs/bound)
+			fmt.Fprintf(os.Stderr, "run %d, %3d ms RTT: read %d MiB in %.2fs (%.0f MB/s), fetched %d MiB in %d requests (%d chunks read ahead, %d waited for); %.2fx the bound\n",
+				run, rtt.Milliseconds(), n>>20, s.secs, float64(n)/s.secs/1e6, s.fetched>>20, s.reqs,
+				after.Cache.Prefetched-before.Cache.Prefetched, after.Cache.Misses-before.Cache.Misses-(after.Cache.Prefetched-before.Cache.Prefetched), s.secs/bound)
 		}
 	}
 	proxy.SetLatency(0)

@@ -21,6 +21,7 @@ type recorder struct {
 	readFirst int // chunks read before any prefetch asked for them
 	reads     map[digest.Digest]bool
 	prefetch  int
+	slots     int // > 0: take at most this many chunks per call
 }
 
 func (r *recorder) ReadChunk(ctx context.Context, c blockmap.Chunk, p []byte, off int64) (bool, int64, error) {
@@ -35,15 +36,19 @@ func (r *recorder) ReadChunk(ctx context.Context, c blockmap.Chunk, p []byte, of
 	return r.requested[c.Digest], 0, nil
 }
 
-func (r *recorder) Prefetch(cs []blockmap.Chunk, fetched func(int64)) {
+func (r *recorder) Prefetch(cs []blockmap.Chunk, fetched func(int64)) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, c := range cs {
+	for i, c := range cs {
+		if r.slots > 0 && i == r.slots {
+			return i // busy: takes only the first few
+		}
 		if !r.requested[c.Digest] {
 			r.requested[c.Digest] = true
 			r.prefetch++
 		}
 	}
+	return len(cs)
 }
 
 // TestReadaheadKeepsAhead reads a volume of 256 chunks sequentially, 128 KiB at a
@@ -63,6 +68,7 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 		offsets  func() []int64
 		maxFirst int // chunks the reader may reach before readahead
 		maxAhead int // chunks requested ahead
+		slots    int
 	}{
 		{"sequential", func() []int64 {
 			var o []int64
@@ -70,7 +76,16 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, off)
 			}
 			return o
-		}, 4, n},
+		}, 4, n, 0},
+		// A prefetcher that takes a few chunks at a time is asked again for the
+		// rest: nothing is skipped.
+		{"sequential, busy prefetcher", func() []int64 {
+			var o []int64
+			for off := int64(0); off < n*chunk; off += 128 << 10 {
+				o = append(o, off)
+			}
+			return o
+		}, 4, n, 3},
 		{"random", func() []int64 {
 			r := rand.New(rand.NewPCG(1, 2))
 			var o []int64
@@ -78,10 +93,10 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, r.Int64N(n)*chunk+r.Int64N(chunk/4096)*4096)
 			}
 			return o
-		}, 200, 8},
+		}, 200, 8, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r := &recorder{requested: map[digest.Digest]bool{}, reads: map[digest.Digest]bool{}}
+			r := &recorder{requested: map[digest.Digest]bool{}, reads: map[digest.Digest]bool{}, slots: tc.slots}
 			v, err := Create(filepath.Join(t.TempDir(), "v"), digest.FromString("base"), m, m.Size, r)
 			if err != nil {
 				t.Fatal(err)

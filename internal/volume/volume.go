@@ -41,9 +41,11 @@ type ChunkReader interface {
 }
 
 // Prefetcher is an optional ability of a ChunkReader: start loading chunks in the
-// background, without waiting, calling fetched with the bytes each load moved.
+// background, without waiting, calling fetched with the bytes each load moved. It
+// returns how many of the leading chunks are cached or on their way (it may take
+// fewer than asked when busy).
 type Prefetcher interface {
-	Prefetch(cs []blockmap.Chunk, fetched func(n int64))
+	Prefetch(cs []blockmap.Chunk, fetched func(n int64)) int
 }
 
 // maxReadaheadBytes bounds what is fetched ahead of a sequential reader: 16 MiB
@@ -395,48 +397,49 @@ func (v *Volume) readahead(off int64, pc blockmap.Piece) {
 	size := max(pc.Chunk.Size, BlockSize)
 	end := pc.Offset + pc.Length
 	v.raMu.Lock()
-	sequential := v.raEnd > 0 && off >= v.raEnd-4*size && off <= v.raEnd+4*size
+	sequential := v.raEnd > 0 && off >= v.raEnd-size && off <= v.raEnd+size
 	if sequential {
 		v.raStreak++
 		v.raEnd = max(v.raEnd, end)
 	} else {
 		v.raStreak, v.raEnd, v.raAhead = 0, end, 0
 	}
-	if v.raStreak == 0 {
+	if v.raStreak < 2 { // a stream starts at the third read in sequence
 		v.raMu.Unlock()
 		return
 	}
-	window := min(int64(1)<<min(v.raStreak, 20), max(2, maxReadaheadBytes/size)) // chunks
+	window := min(int64(1)<<min(v.raStreak-1, 20), max(2, maxReadaheadBytes/size)) // chunks
 	if v.raAhead-v.raEnd > window*size/2 {
 		v.raMu.Unlock()
 		return // enough is on its way
 	}
 	from := max(v.raAhead, v.raEnd)
 	next, reach := chunksAfter(v.base, from, int(window-max(0, (v.raAhead-v.raEnd)/size)), pc.Chunk.Digest)
-	if reach > v.raAhead {
-		v.raAhead = reach
+	if len(next) > 0 {
+		// Count as requested only what the prefetcher took: the rest is asked
+		// for again at the next read.
+		if took := pf.Prefetch(next, func(n int64) { v.fetchedBytes.Add(n) }); took > 0 && reach[took-1] > v.raAhead {
+			v.raAhead = reach[took-1]
+		}
 	}
 	v.raMu.Unlock()
-	if len(next) > 0 {
-		pf.Prefetch(next, func(n int64) { v.fetchedBytes.Add(n) })
-	}
 }
 
 // chunksAfter returns up to n distinct chunks of the extents at or after off (but
-// skip), in order, and the end of the last extent it looked at.
-func chunksAfter(m *blockmap.Map, off int64, n int, skip digest.Digest) ([]blockmap.Chunk, int64) {
+// skip), in order, and for each the end of the extent where it was found.
+func chunksAfter(m *blockmap.Map, off int64, n int, skip digest.Digest) ([]blockmap.Chunk, []int64) {
 	var out []blockmap.Chunk
-	reach := off
+	var reach []int64
 	seen := map[int]bool{}
 	i := sort.Search(len(m.Extents), func(i int) bool { return m.Extents[i].End() > off })
 	for ; i < len(m.Extents) && len(out) < n; i++ {
 		e := m.Extents[i]
-		reach = e.End()
 		if seen[e.Chunk] || m.Chunks[e.Chunk].Digest == skip {
 			continue
 		}
 		seen[e.Chunk] = true
 		out = append(out, m.Chunks[e.Chunk])
+		reach = append(reach, e.End())
 	}
 	return out, reach
 }
