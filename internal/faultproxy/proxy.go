@@ -313,9 +313,12 @@ func (l *link) close(byFault bool) {
 }
 
 type segment struct {
-	b  []byte
-	at time.Time // when it entered the link
+	b   []byte
+	buf *[]byte   // from bufs, returned once delivered
+	at  time.Time // when it entered the link
 }
+
+var bufs = sync.Pool{New: func() any { b := make([]byte, 32<<10); return &b }}
 
 // pump moves bytes from src to dst through the link's faults: each segment is
 // delivered one way's latency after it was read, paced by the direction's limiter,
@@ -325,14 +328,16 @@ func (l *link) pump(src, dst net.Conn, lim *rate.Limiter, count *atomic.Int64, t
 	go func() {
 		defer close(q)
 		for {
-			buf := make([]byte, 32<<10)
-			n, err := src.Read(buf)
+			buf := bufs.Get().(*[]byte)
+			n, err := src.Read(*buf)
 			if n > 0 {
 				select {
-				case q <- segment{buf[:n], time.Now()}:
+				case q <- segment{(*buf)[:n], buf, time.Now()}:
 				case <-l.ctx.Done():
 					return
 				}
+			} else {
+				bufs.Put(buf)
 			}
 			if err != nil {
 				return
@@ -340,7 +345,9 @@ func (l *link) pump(src, dst net.Conn, lim *rate.Limiter, count *atomic.Int64, t
 		}
 	}()
 	for seg := range q {
-		if !l.deliver(seg, dst, lim, count, toClient) {
+		ok := l.deliver(seg, dst, lim, count, toClient)
+		bufs.Put(seg.buf)
+		if !ok {
 			l.close(false)
 			for range q { // let the reader finish
 			}
