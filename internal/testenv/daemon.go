@@ -46,8 +46,9 @@ type DaemonOptions struct {
 	Size          int64 // default size of blank filesystems (1 GiB)
 	// WrapStore, if set, wraps the store the node uses (e.g. in a faultstore).
 	WrapStore func(store.Store) store.Store
-	Fetch     fetch.Options // the node's fetch options (defaults if zero)
-	Logger    *slog.Logger  // the node's logger (none if nil)
+	Fetch     fetch.Options    // the node's fetch options (defaults if zero)
+	Lease     node.LeaseConfig // the node's lease in the store (defaults if zero)
+	Logger    *slog.Logger     // the node's logger (none if nil)
 }
 
 // StartDaemon starts a node and its API server in this process.
@@ -74,7 +75,7 @@ func StartDaemon(t testing.TB, o DaemonOptions) *Daemon {
 	}
 	ctx := context.Background()
 	n, err := node.Open(ctx, node.Config{Root: filepath.Join(root, "node"), Store: nst, CacheBytes: o.CacheBytes,
-		CacheMemBytes: o.CacheMemBytes, DefaultSize: o.Size, Fetch: o.Fetch, Logger: o.Logger})
+		CacheMemBytes: o.CacheMemBytes, DefaultSize: o.Size, Fetch: o.Fetch, Lease: o.Lease, Logger: o.Logger})
 	if err != nil {
 		t.Fatal(err)
 	}
