@@ -1,6 +1,7 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,10 +10,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
+	"github.com/slacker-dev/slacker/internal/gc"
+	slnode "github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
+	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
@@ -124,6 +129,97 @@ func TestRemoteStoreFaults(t *testing.T) {
 			fn.fsck(t)
 			if s := p.Stats(); s.Statuses == 0 || s.Resets == 0 || (be.auth && s.Tokens < 2) {
 				t.Fatalf("the proxy injected too little: %+v", s)
+			}
+		})
+	}
+}
+
+// TestGCRemoteStores collects an S3 store (MinIO) and a registry store: a snapshot
+// nothing uses goes, a volume's base and every chunk it names stay, the store then
+// checks clean and the volume reads back byte for byte from a cold cache.
+func TestGCRemoteStores(t *testing.T) {
+	testutil.RequireTool(t, "docker-registry")
+	ctx := context.Background()
+	for _, be := range []string{"s3", "registry"} {
+		t.Run(be, func(t *testing.T) {
+			work := t.TempDir()
+			var loc string
+			if be == "s3" {
+				m, err := services.StartMinIO(ctx, services.MinIOOptions{Dir: filepath.Join(work, "minio")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { m.Stop() })
+				loc = m.Location("gcbucket", "chunks")
+			} else {
+				r, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { r.Stop() })
+				loc = "registry://" + r.Addr + "/slacker/chunks"
+			}
+			remote, _, err := storeurl.Open(loc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := testenv.StartDaemon(t, testenv.DaemonOptions{Size: 128 << 20,
+				WrapStore: func(store.Store) store.Store { return remote },
+				Lease:     slnode.LeaseConfig{Interval: 100 * time.Millisecond, Hold: 100 * time.Millisecond}})
+			c := d.Client
+			blank, err := c.Mkfs(ctx, api.MkfsRequest{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			write := func(id string, data []byte) api.Snapshot {
+				t.Helper()
+				v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: blank.ID, Mount: true})
+				if err != nil {
+					t.Fatal(err)
+				}
+				writeSynced(t, filepath.Join(v.Mountpoint, "data"), data)
+				if err := c.UnmountVolume(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+				s, err := c.SnapshotVolume(ctx, id, api.SnapshotRequest{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := c.DeleteVolume(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+			kept := randomBytes(t, 2<<20)
+			keep := write("keep", kept)
+			junk := write("junk", randomBytes(t, 2<<20))
+			v, err := c.CreateVolume(ctx, api.CreateVolumeRequest{ID: "user", Snapshot: keep.ID, Mount: true, ReadOnly: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(time.Second) // the holds of the snapshots just written pass
+			rep, err := gc.Collect(ctx, remote, gc.Options{Grace: 0, Skew: -1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Deleted < junk.NewChunks+1 || rep.Snapshots < 1 {
+				t.Fatalf("collection: %+v (the junk snapshot had %d new chunks)", rep, junk.NewChunks)
+			}
+			if ok, _ := store.Exists(ctx, remote, junk.ID); ok {
+				t.Fatal("the unused snapshot survived")
+			}
+			crep, err := gc.Check(ctx, remote, gc.CheckOptions{Roots: []gc.Root{{Snapshot: keep.ID, From: "test"}}, ReadData: true})
+			if err != nil || !crep.OK() {
+				t.Fatalf("check: %+v %v", crep, err)
+			}
+			if err := c.DropCaches(ctx, true); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := readDirect(filepath.Join(v.Mountpoint, "data")); err != nil || !bytes.Equal(got, kept) {
+				t.Fatalf("the volume's file after the collection: %v", err)
+			}
+			if err := c.DeleteVolume(ctx, "user"); err != nil {
+				t.Fatal(err)
 			}
 		})
 	}
