@@ -203,7 +203,7 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 			return fmt.Errorf("put %s: %w", d, verr)
 		}
 	}
-	if code := errCode(err); code == "PreconditionFailed" || code == "ConditionalRequestConflict" {
+	if errCode(err) == "PreconditionFailed" {
 		return nil // stored already
 	}
 	if err != nil {
@@ -358,7 +358,8 @@ func (s *Store) mapErr(ctx, cctx context.Context, err error) error {
 		return fmt.Errorf("%w: %s", store.ErrInvalid, er.Code)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
 		return fmt.Errorf("access denied by the S3 store at %s (%s: %s); check the credentials in the store location or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY", s.o.Endpoint, er.Code, er.Message)
-	case "SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "RequestTimeTooSkewed", "XMinioServerNotInitialized":
+	case "SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "RequestTimeTooSkewed", "XMinioServerNotInitialized",
+		"ConditionalRequestConflict": // a concurrent conditional PUT of the key: try again
 		return fmt.Errorf("%w: %s: %s", store.ErrUnavailable, er.Code, er.Message)
 	}
 	switch {
