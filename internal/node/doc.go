@@ -16,6 +16,12 @@
 // volumes are reopened from their journals, and those recorded as mounted are mounted
 // again, so their fsynced writes are visible and ext4 replays its journal.
 //
+// The node keeps its lease in the store (lease.go; package gc explains leases): the
+// snapshots its volumes, images and recent snapshots use and the chunks of its
+// uploads in progress, so that a garbage collection on any node spares them; a
+// snapshot lists its chunks there before checking the store and checks them again
+// before writing its map if a collection ran meanwhile.
+//
 // The node never talks HTTP or gRPC (package daemon does) and never interprets the
 // files inside a volume (package convert does).
 package node
