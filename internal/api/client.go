@@ -170,3 +170,14 @@ func (c *Client) TrimCache(ctx context.Context, keep int64) (TrimCacheResult, er
 	err := c.do(ctx, "POST", "/v1/cache/trim", TrimCacheRequest{KeepBytes: keep}, &out)
 	return out, err
 }
+
+// GC collects the store (it may take minutes); out receives the gc.Report.
+func (c *Client) GC(ctx context.Context, r GCRequest, out any) error {
+	return c.do(ctx, "POST", "/v1/gc", r, out)
+}
+
+// Check checks the store (with ReadData it reads every object); out receives the
+// gc.CheckReport.
+func (c *Client) Check(ctx context.Context, r CheckRequest, out any) error {
+	return c.do(ctx, "POST", "/v1/check", r, out)
+}

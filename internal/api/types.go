@@ -165,3 +165,25 @@ type TrimCacheResult struct {
 	Bytes  int64      `json:"bytes"`
 	Cache  CacheStats `json:"cache"`
 }
+
+// GCRoot is a snapshot the caller names (the CLI's image names and registry
+// references), for GCRequest and CheckRequest.
+type GCRoot struct {
+	Snapshot digest.Digest `json:"snapshot"`
+	From     string        `json:"from"`
+}
+
+// GCRequest collects the node's store (package gc); the answer is a gc.Report.
+type GCRequest struct {
+	Roots        []GCRoot `json:"roots,omitempty"`
+	GraceSeconds float64  `json:"grace_seconds"`
+	SkewSeconds  float64  `json:"skew_seconds"` // negative: none
+	DryRun       bool     `json:"dry_run,omitempty"`
+}
+
+// CheckRequest checks the node's store (package gc); the answer is a
+// gc.CheckReport.
+type CheckRequest struct {
+	Roots    []GCRoot `json:"roots,omitempty"`
+	ReadData bool     `json:"read_data,omitempty"`
+}

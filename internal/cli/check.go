@@ -6,6 +6,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/units"
 )
@@ -31,26 +32,30 @@ leads to it; the exit code is 1 if there is any.`,
 			if err := e.connect(ctx); err != nil {
 				return err
 			}
-			st, err := e.openStore(storeLoc)
-			if err != nil {
-				return err
-			}
 			roots, err := e.roots(ctx, refs)
 			if err != nil {
 				return err
 			}
-			o := gc.CheckOptions{Roots: roots, ReadData: readData, Logger: e.log}
-			last := time.Now()
-			if readData && !e.jsonOut {
-				o.Progress = func(done, total int) {
-					if time.Since(last) > time.Second || done == total {
-						last = time.Now()
-						fmt.Fprintf(e.progress(), "read %d/%d objects\n", done, total)
+			rep := &gc.CheckReport{}
+			if storeLoc != "" { // this process opens the store
+				st, err := e.openStore(storeLoc)
+				if err != nil {
+					return err
+				}
+				o := gc.CheckOptions{Roots: roots, ReadData: readData, Logger: e.log}
+				last := time.Now()
+				if readData && !e.jsonOut {
+					o.Progress = func(done, total int) {
+						if time.Since(last) > time.Second || done == total {
+							last = time.Now()
+							fmt.Fprintf(e.progress(), "read %d/%d objects\n", done, total)
+						}
 					}
 				}
-			}
-			rep, err := gc.Check(ctx, st, o)
-			if err != nil {
+				if rep, err = gc.Check(ctx, st, o); err != nil {
+					return fmt.Errorf("check: %w", err)
+				}
+			} else if err := e.client.Check(ctx, api.CheckRequest{Roots: apiRoots(roots), ReadData: readData}, rep); err != nil {
 				return fmt.Errorf("check: %w", err)
 			}
 			if e.jsonOut {
@@ -76,7 +81,7 @@ leads to it; the exit code is 1 if there is any.`,
 	f := cmd.Flags()
 	f.BoolVar(&readData, "read-data", false, "read every object and verify its digest")
 	f.StringArrayVar(&refs, "registry", nil, "also check what this registry reference names (repeatable)")
-	f.StringVar(&storeLoc, "store", "", "the store to check (default: slackerd's)")
+	f.StringVar(&storeLoc, "store", "", "open and check this store location here (default: slackerd checks its store)")
 	f.BoolVar(&e.jsonOut, "json", false, "print JSON")
 	return cmd
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/registry"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -59,10 +60,6 @@ again).`,
 					units.Bytes(res.Cache.DiskBytes), res.Cache.DiskChunks)
 				return nil
 			}
-			st, err := e.openStore(storeLoc)
-			if err != nil {
-				return err
-			}
 			roots, err := e.roots(ctx, refs)
 			if err != nil {
 				return err
@@ -70,8 +67,18 @@ again).`,
 			if skew == 0 {
 				skew = -1 // none
 			}
-			rep, err := gc.Collect(ctx, st, gc.Options{Roots: roots, Grace: grace, DryRun: dryRun, Skew: skew, Logger: e.log})
-			if err != nil {
+			rep := &gc.Report{}
+			if storeLoc != "" { // this process opens the store
+				st, err := e.openStore(storeLoc)
+				if err != nil {
+					return err
+				}
+				rep, err = gc.Collect(ctx, st, gc.Options{Roots: roots, Grace: grace, DryRun: dryRun, Skew: skew, Logger: e.log})
+				if err != nil {
+					return fmt.Errorf("gc: %w", err)
+				}
+			} else if err := e.client.GC(ctx, api.GCRequest{Roots: apiRoots(roots), GraceSeconds: grace.Seconds(),
+				SkewSeconds: skew.Seconds(), DryRun: dryRun}, rep); err != nil { // slackerd, which has the store open
 				return fmt.Errorf("gc: %w", err)
 			}
 			if e.jsonOut {
@@ -105,18 +112,15 @@ again).`,
 	f.BoolVar(&dryRun, "dry-run", false, "report what would be deleted, delete nothing")
 	f.DurationVar(&skew, "lease-skew", time.Minute, "treat a node's lease as alive this long after it expires (clocks differ)")
 	f.StringArrayVar(&refs, "registry", nil, "also keep what this registry reference names (repeatable)")
-	f.StringVar(&storeLoc, "store", "", "the store to collect (default: slackerd's)")
+	f.StringVar(&storeLoc, "store", "", "open and collect this store location here (default: slackerd collects its store)")
 	f.BoolVar(&cacheOnly, "cache", false, "trim this node's chunk cache instead of collecting the store")
 	f.StringVar(&keep, "keep", "0", "with --cache: keep this much of the hottest cached data")
 	f.BoolVar(&e.jsonOut, "json", false, "print JSON")
 	return cmd
 }
 
-// openStore opens the store at location, or slackerd's.
+// openStore opens the store at location.
 func (e *env) openStore(location string) (store.Store, error) {
-	if location == "" {
-		location = e.info.Store
-	}
 	st, _, err := storeurl.Open(location)
 	if err != nil {
 		return nil, fmt.Errorf("open the store: %w", err)
@@ -150,4 +154,12 @@ func (e *env) roots(ctx context.Context, refs []string) ([]gc.Root, error) {
 		}
 	}
 	return roots, nil
+}
+
+func apiRoots(rs []gc.Root) []api.GCRoot {
+	out := make([]api.GCRoot, len(rs))
+	for i, r := range rs {
+		out[i] = api.GCRoot{Snapshot: r.Snapshot, From: r.From}
+	}
+	return out
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
@@ -64,6 +65,8 @@ func New(n *node.Node, o Options) *Server {
 	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	mux.HandleFunc("POST /v1/cache/drop", s.dropCache)
 	mux.HandleFunc("POST /v1/cache/trim", s.trimCache)
+	mux.HandleFunc("POST /v1/gc", s.collect)
+	mux.HandleFunc("POST /v1/check", s.check)
 	s.srv = &http.Server{Handler: s.logged(mux), ReadHeaderTimeout: 10 * time.Second}
 	return s
 }
@@ -126,7 +129,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		kind, status = api.KindExists, http.StatusConflict
 	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, store.ErrInvalid):
 		kind, status = api.KindInvalid, http.StatusBadRequest
-	case errors.Is(err, node.ErrBusy):
+	case errors.Is(err, node.ErrBusy), errors.Is(err, gc.ErrBusy):
 		kind, status = api.KindBusy, http.StatusConflict
 	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		kind, status = api.KindUnavailable, http.StatusServiceUnavailable
@@ -337,4 +340,44 @@ func (s *Server) trimCache(w http.ResponseWriter, r *http.Request) {
 	chunks, bytes := s.node.Cache().Trim(req.KeepBytes)
 	s.log.Info("cache-trimmed", "chunks", chunks, "bytes", bytes, "keep", req.KeepBytes)
 	writeJSON(w, 200, api.TrimCacheResult{Chunks: chunks, Bytes: bytes, Cache: api.CacheStats(s.node.Cache().Stats())})
+}
+
+func gcRoots(rs []api.GCRoot) []gc.Root {
+	out := make([]gc.Root, len(rs))
+	for i, r := range rs {
+		out[i] = gc.Root{Snapshot: r.Snapshot, From: r.From}
+	}
+	return out
+}
+
+// collect runs a garbage collection of the node's store with the caller's roots
+// (the node's own lease is in the store already).
+func (s *Server) collect(w http.ResponseWriter, r *http.Request) {
+	var req api.GCRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rep, err := gc.Collect(r.Context(), s.node.Store(), gc.Options{Roots: gcRoots(req.Roots), DryRun: req.DryRun, Logger: s.log,
+		Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Skew: time.Duration(req.SkewSeconds * float64(time.Second))})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	s.log.Info("gc-done", "epoch", rep.Epoch, "deleted", rep.Deleted, "deleted_bytes", rep.DeletedBytes, "dry_run", rep.DryRun)
+	writeJSON(w, 200, rep)
+}
+
+func (s *Server) check(w http.ResponseWriter, r *http.Request) {
+	var req api.CheckRequest
+	if err := decode(r, &req); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	rep, err := gc.Check(r.Context(), s.node.Store(), gc.CheckOptions{Roots: gcRoots(req.Roots), ReadData: req.ReadData, Logger: s.log})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, rep)
 }

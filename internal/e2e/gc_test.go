@@ -120,6 +120,10 @@ func TestGCAndCheck(t *testing.T) {
 	if out := cli(t, p, 0, "check", "--read-data"); !strings.Contains(out, ": 0 problems") {
 		t.Fatalf("check after gc: %s", out)
 	}
+	// The CLI can open the store itself too.
+	if out := cli(t, p, 0, "check", "--store", "local:"+storeDir); !strings.Contains(out, ": 0 problems") {
+		t.Fatalf("check --store: %s", out)
+	}
 	// The node cache is trimmed on demand.
 	if out := cli(t, p, 0, "gc", "--cache", "--keep", "0"); !strings.Contains(out, "cache: removed") || !strings.Contains(out, "0 B in 0 chunks left") {
 		t.Fatalf("gc --cache: %s", out)

@@ -304,3 +304,6 @@ func (n *Node) checkBase(ctx context.Context, base *blockmap.Map, baseID digest.
 	}
 	return g.Wait()
 }
+
+// Store returns the node's store, as configured (with its records).
+func (n *Node) Store() store.Store { return n.cfg.Store }
