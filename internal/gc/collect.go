@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -306,15 +307,28 @@ func (c *collector) markYoungMaps(ctx context.Context) error {
 		}
 	}
 	sort.Slice(young, func(i, j int) bool { return young[i] < young[j] })
-	for _, d := range young {
-		hdr, err := c.st.GetRange(ctx, d, 0, int64(len(blockmap.Magic)))
-		if errors.Is(err, store.ErrNotFound) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("read young object %s: %w", d, err)
-		}
-		if !bytes.Equal(hdr, []byte(blockmap.Magic)) {
+	// Read their first bytes in parallel (a remote store pays a round trip each).
+	isMap := make([]bool, len(young))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(16)
+	for i, d := range young {
+		g.Go(func() error {
+			hdr, err := c.st.GetRange(gctx, d, 0, int64(len(blockmap.Magic)))
+			if errors.Is(err, store.ErrNotFound) {
+				return nil
+			}
+			if err != nil {
+				return fmt.Errorf("read young object %s: %w", d, err)
+			}
+			isMap[i] = bytes.Equal(hdr, []byte(blockmap.Magic))
+			return nil
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	for i, d := range young {
+		if !isMap[i] {
 			continue
 		}
 		if err := c.markSnapshot(ctx, d, "young snapshot"); err != nil {
