@@ -11,7 +11,9 @@ import (
 
 type bytesSource map[digest.Digest][]byte
 
-func (s bytesSource) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) { return s[c.Digest], nil }
+func (s bytesSource) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
+	return s[c.Digest], nil
+}
 
 // TestTrim keeps the hottest chunks within the bound asked for and can still read
 // every chunk.

@@ -38,7 +38,7 @@ func (refusingNode) DeleteVolume(context.Context, string) error { return errRefu
 
 type noChains struct{}
 
-func (noChains) Chain(digest.Digest) (digest.Digest, error) { return "", names.ErrNotFound }
+func (noChains) Chain(digest.Digest) (digest.Digest, error)  { return "", names.ErrNotFound }
 func (noChains) PutChain(digest.Digest, digest.Digest) error { return errRefused }
 func (noChains) ForgetChain(digest.Digest) error             { return nil }
 

@@ -158,8 +158,8 @@ func (fn *faultNode) start(t *testing.T, nfiles int, wrap func(store.Store) stor
 	fn.d = testenv.StartDaemon(t, testenv.DaemonOptions{
 		Size:      256 << 20,
 		WrapStore: wrap,
-		Fetch:  fetch.Options{MaxWait: faultMaxWait, Attempt: 500 * time.Millisecond, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
-		Logger: fn.log.logger(),
+		Fetch:     fetch.Options{MaxWait: faultMaxWait, Attempt: 500 * time.Millisecond, Backoff: 10 * time.Millisecond, MaxBackoff: 200 * time.Millisecond},
+		Logger:    fn.log.logger(),
 	})
 	c := fn.d.Client
 	blank, err := c.Mkfs(ctx, api.MkfsRequest{})
