@@ -9,6 +9,9 @@
 // file whose bytes no longer match its digest is dropped with a log line and fetched
 // again, never served. Concurrent misses of one chunk share one fetch.
 //
+// Chunks asked for ahead (Prefetch) go to the Source as one batch when it can batch
+// (BatchSource), so a store that packs chunks serves neighbours in one request.
+//
 // The cache never decides what to fetch ahead (that is prefetch's job) and never
 // writes to the store.
 package cache
