@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/runc"
 )
 
 // SlackerOptions configure a Slacker system.
@@ -22,6 +23,9 @@ type SlackerOptions struct {
 	Slackerd string // the slackerd binary
 	// DaemonArgs are extra slackerd flags (e.g. --chunk-size).
 	DaemonArgs []string
+	// Store is the chunk store's location (slackerd --store): a directory or a URL
+	// that storeurl understands; default Dir/store.
+	Store string
 }
 
 // Slacker is slackerd and the slacker CLI. The chunk store (Dir/store) survives Cold;
@@ -32,6 +36,8 @@ type Slacker struct {
 	done   chan struct{}
 	root   string
 	client *api.Client
+	// registryBytes is what pulls moved from the registry since Cold.
+	registryBytes int64
 }
 
 // NewSlacker returns the system; nothing runs until Publish or Cold.
@@ -46,6 +52,14 @@ func NewSlacker(o SlackerOptions) (*Slacker, error) {
 
 func (s *Slacker) Name() string { return "slacker" }
 
+// Store is the chunk store's location.
+func (s *Slacker) Store() string {
+	if s.o.Store != "" {
+		return s.o.Store
+	}
+	return filepath.Join(s.o.Dir, "store")
+}
+
 func (s *Slacker) socket() string { return filepath.Join(s.root, "slackerd.sock") }
 
 // start starts slackerd on root (same store).
@@ -59,7 +73,7 @@ func (s *Slacker) start(ctx context.Context, root string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--root", root, "--socket", s.socket(), "--store", filepath.Join(s.o.Dir, "store")}, s.o.DaemonArgs...)
+	args := append([]string{"--root", root, "--socket", s.socket(), "--store", s.Store()}, s.o.DaemonArgs...)
 	cmd := exec.Command(s.o.Slackerd, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
@@ -146,6 +160,7 @@ func (s *Slacker) Publish(ctx context.Context, img Image, registryAddr string) (
 // Cold restarts slackerd on an empty node directory.
 func (s *Slacker) Cold(ctx context.Context) error {
 	s.stop()
+	s.registryBytes = 0
 	root := filepath.Join(s.o.Dir, "node")
 	if err := os.RemoveAll(root); err != nil {
 		return fmt.Errorf("reset node: %w", err)
@@ -157,8 +172,25 @@ func (s *Slacker) Cold(ctx context.Context) error {
 }
 
 func (s *Slacker) Pull(ctx context.Context, ref string) (time.Duration, error) {
-	r, err := s.mustCLI(ctx, "pull", ref)
-	return r.Took, err
+	r, err := s.mustCLI(ctx, "pull", "--json", ref)
+	if err != nil {
+		return r.Took, err
+	}
+	var out struct {
+		BytesMoved int64 `json:"bytes_moved"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		return r.Took, fmt.Errorf("slacker pull --json: %w: %q", err, r.Stdout)
+	}
+	s.registryBytes += out.BytesMoved
+	return r.Took, nil
+}
+
+// Traffic is what pulls moved from the registry and what the node fetched from
+// the store (block maps and chunks) since Cold.
+func (s *Slacker) Traffic(ctx context.Context) (Traffic, error) {
+	n, err := s.FetchedBytes(ctx)
+	return Traffic{RegistryBytes: s.registryBytes, StoreBytes: n}, err
 }
 
 func (s *Slacker) Run(ctx context.Context, ref string, args []string, stdin io.Reader) (RunResult, error) {
@@ -217,4 +249,179 @@ func tail(s string) string {
 		return s[len(s)-2000:]
 	}
 	return s
+}
+
+// Start runs `slacker run` in the background (without --rm, so the container's
+// statistics can be read before Remove deletes it).
+func (s *Slacker) Start(ctx context.Context, ref string, spec RunSpec) (*Container, error) {
+	if s.client == nil {
+		return nil, fmt.Errorf("slackerd is not running (Cold first)")
+	}
+	info, err := s.client.Info(ctx)
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"run", "--name", spec.Name}
+	if spec.Stdin != nil {
+		args = append(args, "-i")
+	}
+	args = append(append(args, ref, "--"), spec.Args...)
+	cmd := exec.Command(s.o.Slacker, args...)
+	cmd.Env = append(os.Environ(), "SLACKER_SOCKET="+s.socket())
+	ct, err := startCommand(cmd, spec)
+	if err != nil {
+		return nil, err
+	}
+	rt := runtimeOf(info.StateRoot)
+	var id string
+	ct.pid = func(ctx context.Context) (int, error) {
+		if id == "" {
+			if id = containerID(info.StateRoot, spec.Name); id == "" {
+				return 0, fmt.Errorf("container %s not created yet", spec.Name)
+			}
+		}
+		status, pid := rt.State(ctx, id)
+		if status != "running" && status != "created" {
+			return 0, fmt.Errorf("container %s is %q", spec.Name, status)
+		}
+		return pid, nil
+	}
+	ct.kill = func(ctx context.Context) error {
+		if id == "" {
+			id = containerID(info.StateRoot, spec.Name)
+		}
+		_, err := must(ctx, "runc", "--root", filepath.Join(info.StateRoot, "runc"), "kill", id, "KILL")
+		return err
+	}
+	ct.remove = func(ctx context.Context) (ContainerStats, error) {
+		st := ContainerStats{ReadBytes: -1, FetchedBytes: -1}
+		r, err := s.cli(ctx, nil, "stats", "--json", spec.Name)
+		if err == nil && r.ExitCode == 0 {
+			var out struct {
+				Containers []struct {
+					Volume api.VolumeStats `json:"volume"`
+				} `json:"containers"`
+			}
+			if json.Unmarshal([]byte(r.Stdout), &out) == nil && len(out.Containers) == 1 {
+				st.ReadBytes, st.FetchedBytes = out.Containers[0].Volume.BaseReadBytes, out.Containers[0].Volume.FetchedBytes
+			}
+		}
+		r, err = s.cli(ctx, nil, "rm", "-f", spec.Name)
+		if err == nil && r.ExitCode != 0 && !strings.Contains(r.Stderr, "no such container") {
+			err = fmt.Errorf("slacker rm %s: %s", spec.Name, strings.TrimSpace(r.Stderr))
+		}
+		return st, err
+	}
+	return ct, nil
+}
+
+// containerID finds the ID of the container called name in Slacker's state.
+func containerID(stateRoot, name string) string {
+	ents, _ := os.ReadDir(filepath.Join(stateRoot, "containers"))
+	for _, e := range ents {
+		b, err := os.ReadFile(filepath.Join(stateRoot, "containers", e.Name(), "container.json"))
+		if err != nil {
+			continue
+		}
+		var r struct {
+			ID   string `json:"id"`
+			Name string `json:"name"`
+		}
+		if json.Unmarshal(b, &r) == nil && r.Name == name {
+			return r.ID
+		}
+	}
+	return ""
+}
+
+func runtimeOf(stateRoot string) *runc.Runtime {
+	return &runc.Runtime{Root: filepath.Join(stateRoot, "runc")}
+}
+
+// PushChange makes the change on the publishing node as a developer would: a
+// container of the image (its command is not run: /hellobench-nothing does not
+// exist, so runc stops before it, leaving the container and its volume), the file
+// written into its root, `slacker commit` (which uploads the changed chunks to the
+// store) and `slacker push` of the new image's descriptor. Took is commit + push.
+func (s *Slacker) PushChange(ctx context.Context, img Image, ref string, ch Change) (PushResult, error) {
+	if err := s.start(ctx, filepath.Join(s.o.Dir, "publish")); err != nil {
+		return PushResult{}, err
+	}
+	defer s.stop()
+	name := "change-" + img.Name + "-" + ch.Tag
+	s.cli(ctx, nil, "rm", "-f", name)
+	if _, err := s.cli(ctx, nil, "run", "--name", name, "--entrypoint", "", img.Name, "--", "/hellobench-nothing"); err != nil {
+		return PushResult{}, err
+	}
+	defer s.cli(context.WithoutCancel(ctx), nil, "rm", "-f", name)
+	ps, err := s.mustCLI(ctx, "ps", "-a", "--json")
+	if err != nil {
+		return PushResult{}, err
+	}
+	var recs []struct {
+		Name   string `json:"name"`
+		Rootfs string `json:"rootfs"`
+	}
+	if err := json.Unmarshal([]byte(ps.Stdout), &recs); err != nil {
+		return PushResult{}, fmt.Errorf("slacker ps --json: %w", err)
+	}
+	rootfs := ""
+	for _, r := range recs {
+		if r.Name == name {
+			rootfs = r.Rootfs
+		}
+	}
+	if rootfs == "" {
+		return PushResult{}, fmt.Errorf("the change container %s was not created", name)
+	}
+	if err := writeInRoot(rootfs, ch); err != nil {
+		return PushResult{}, err
+	}
+	tag := img.Name + ":" + ch.Tag
+	commit, err := s.mustCLI(ctx, "commit", "--json", "-m", "hellobench change "+ch.Tag, name, tag)
+	if err != nil {
+		return PushResult{}, err
+	}
+	var snap api.Snapshot
+	json.Unmarshal([]byte(commit.Stdout), &snap)
+	newRef := retag(ref, ch.Tag)
+	push, err := s.mustCLI(ctx, "push", "--json", tag, newRef)
+	if err != nil {
+		return PushResult{}, err
+	}
+	var pr struct {
+		BytesMoved int64 `json:"bytesMoved"`
+	}
+	json.Unmarshal([]byte(push.Stdout), &pr)
+	return PushResult{Ref: newRef, Took: commit.Took + push.Took,
+		Parts: map[string]time.Duration{"commit": commit.Took, "push": push.Took},
+		Bytes: snap.NewBytes + pr.BytesMoved}, nil
+}
+
+// writeInRoot writes ch's file into the container root at rootfs, resolving the
+// path inside it.
+func writeInRoot(rootfs string, ch Change) error {
+	root, err := os.OpenRoot(rootfs)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	rel := strings.TrimPrefix(ch.Path, "/")
+	if dir := filepath.Dir(rel); dir != "." {
+		if err := root.MkdirAll(dir, 0o755); err != nil {
+			return fmt.Errorf("write change: %w", err)
+		}
+	}
+	f, err := root.OpenFile(rel, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("write change: %w", err)
+	}
+	if _, err := f.Write(ch.Content); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return root.Chtimes(rel, ChangeTime, ChangeTime)
 }

@@ -29,17 +29,17 @@ import (
 //	bench corpus synth   generate synthetic images of random files
 //	bench corpus gc      drop unreferenced blobs and layer records
 //	bench corpus rm      untag images
-//
-// The harness (`bench hello`) will sit next to `corpus`.
+//	bench hello          the harness: push, pull and run of every workload per system
+//	bench report         render results.json files as HTML with SVG figures
 func NewCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "HelloBench: build the workload corpus and (later) time push, pull and run",
+		Short: "HelloBench: build the workload corpus, time push, pull and run, report",
 		Long: `HelloBench measures container start-up on a corpus of workload images
 rebuilt from Debian packages (see docs/hellobench.md).`,
 		SilenceUsage: true,
 	}
-	cmd.AddCommand(newCorpusCommand())
+	cmd.AddCommand(newCorpusCommand(), newHelloCommand(), newReportCommand())
 	return cmd
 }
 

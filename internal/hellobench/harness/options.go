@@ -1,0 +1,105 @@
+package harness
+
+import (
+	"fmt"
+	"io"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Options configure a run of the harness.
+type Options struct {
+	// WorkloadsFile holds the definitions; Only selects some of them (all if empty).
+	WorkloadsFile string
+	Only          []string
+	// Quick selects QuickWorkloads (those the file has) instead of all.
+	Quick bool
+	// Systems are system specs (see ParseSystem): "overlayfs", "slacker",
+	// "NAME=SOCKET" for a containerd snapshotter already running.
+	Systems []string
+	// Profile is "loopback" or a link rate such as "1gbit", "100mbit"; RTT is the
+	// link's round trip (default 1 ms).
+	Profile string
+	RTT     time.Duration
+	// Runs is the number of repetitions of every (workload, system, cycle).
+	Runs int
+	// Cycles to measure: Deployment, Development (default both).
+	Cycles []string
+	// Dir is the harness's work directory (emptied first); CorpusDir the corpus.
+	Dir, CorpusDir string
+	// Slacker and Slackerd are the binaries; SlackerdArgs extra daemon flags.
+	Slacker, Slackerd string
+	SlackerdArgs      []string
+	// Store is Slacker's chunk store location ("" = a directory on the node).
+	Store string
+	// Results, when set, is rewritten after every sample.
+	Results string
+	// Seed fixes the shuffled order (0 = from the clock).
+	Seed uint64
+	// Progress gets one line per step; nil discards.
+	Progress io.Writer
+	// Command is recorded in the results.
+	Command []string
+}
+
+// QuickWorkloads is the quick profile: six workloads from five categories, small
+// and large, one-shot and servers.
+var QuickWorkloads = []string{"debian", "python", "gcc", "redis", "nginx", "flask"}
+
+// SystemSpec is a parsed --systems entry.
+type SystemSpec struct {
+	Name string
+	// Kind is "slacker" or "containerd".
+	Kind string
+	// Snapshotter and Socket are containerd's (Socket empty for built-in ones).
+	Snapshotter, Socket string
+}
+
+var snapshotterName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
+
+// ParseSystem parses a --systems entry: "slacker"; "overlayfs" (containerd with its
+// overlayfs snapshotter); "native" (containerd's native snapshotter); or
+// "NAME=SOCKET", a snapshotter that is already running, plugged into containerd
+// through its gRPC socket (e.g. stargz=/run/containerd-stargz-grpc/containerd-stargz-grpc.sock).
+func ParseSystem(s string) (SystemSpec, error) {
+	s = strings.TrimSpace(s)
+	if name, sock, ok := strings.Cut(s, "="); ok {
+		if !snapshotterName.MatchString(name) || name == "slacker" || name == "overlayfs" {
+			return SystemSpec{}, fmt.Errorf("system %q: %q is not a usable snapshotter name", s, name)
+		}
+		if !strings.HasPrefix(sock, "/") {
+			return SystemSpec{}, fmt.Errorf("system %q: want NAME=/path/to/snapshotter.sock", s)
+		}
+		return SystemSpec{Name: name, Kind: "containerd", Snapshotter: name, Socket: sock}, nil
+	}
+	switch s {
+	case "slacker":
+		return SystemSpec{Name: "slacker", Kind: "slacker"}, nil
+	case "overlayfs", "native":
+		return SystemSpec{Name: s, Kind: "containerd", Snapshotter: s}, nil
+	}
+	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
+}
+
+var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(k|m|g)bit$`)
+
+// ParseProfile parses a profile name: "loopback", or a link rate "Nkbit",
+// "Nmbit", "Ngbit" (bits per second, as tc writes them).
+func ParseProfile(s string) (name string, rateBits int64, err error) {
+	s = strings.ToLower(strings.TrimSpace(s))
+	if s == "loopback" {
+		return s, 0, nil
+	}
+	m := rateRE.FindStringSubmatch(s)
+	if m == nil {
+		return "", 0, fmt.Errorf("unknown profile %q (want loopback, or a link rate such as 1gbit, 100mbit)", s)
+	}
+	v, err := strconv.ParseFloat(m[1], 64)
+	if err != nil || v <= 0 {
+		return "", 0, fmt.Errorf("profile %q: bad rate", s)
+	}
+	mult := map[string]float64{"k": 1e3, "m": 1e6, "g": 1e9}[m[2]]
+	return s, int64(v * mult), nil
+}
