@@ -77,7 +77,7 @@ func BenchmarkDeployStores(b *testing.B) {
 	}
 	type sys struct {
 		name, store, publisher string // publisher: the system whose published refs it pulls
-		s                          *system.Slacker
+		s                      *system.Slacker
 	}
 	systems := []*sys{
 		{name: "local", store: filepath.Join(work, "local", "store")},

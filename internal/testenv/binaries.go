@@ -51,7 +51,10 @@ func Binaries(t testing.TB) (slacker, slackerd string) {
 			return
 		}
 		os.Chmod(buildDir, 0o755) // tests run the CLI as an unprivileged user too
-		cmd := exec.Command("go", "build", "-o", buildDir, "./cmd/slacker", "./cmd/slackerd")
+		// SLACKER_TEST_BUILD_FLAGS (e.g. -race) builds the daemon and CLI the tests
+		// start with extra flags, to hunt races in the processes themselves.
+		args := append([]string{"build", "-o", buildDir}, strings.Fields(os.Getenv("SLACKER_TEST_BUILD_FLAGS"))...)
+		cmd := exec.Command("go", append(args, "./cmd/slacker", "./cmd/slackerd")...)
 		cmd.Dir = root
 		if out, err := cmd.CombinedOutput(); err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
