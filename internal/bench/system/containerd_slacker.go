@@ -23,6 +23,7 @@ type ContainerdSlacker struct {
 // NewContainerdSlacker returns the system; o is slackerd's (store and node under
 // o.Dir), ctrdDir containerd's (keep it short: it holds sockets).
 func NewContainerdSlacker(o SlackerOptions, ctrdDir string) (*ContainerdSlacker, error) {
+	o.Snapshotter = true
 	s, err := NewSlacker(o)
 	if err != nil {
 		return nil, err

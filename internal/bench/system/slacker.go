@@ -26,6 +26,10 @@ type SlackerOptions struct {
 	// Store is the chunk store's location (slackerd --store): a directory or a URL
 	// that storeurl understands; default Dir/store.
 	Store string
+	// Snapshotter serves containerd's snapshots API too. Off, the node does not make
+	// the snapshotter's blank base when it starts (on a cold node in every sample,
+	// that is a mkfs and an upload beside the measured pull and run).
+	Snapshotter bool
 }
 
 // Slacker is slackerd and the slacker CLI. The chunk store (Dir/store) survives Cold;
@@ -73,7 +77,11 @@ func (s *Slacker) start(ctx context.Context, root string) error {
 	if err != nil {
 		return err
 	}
-	args := append([]string{"--root", root, "--socket", s.socket(), "--store", s.Store()}, s.o.DaemonArgs...)
+	args := []string{"--root", root, "--socket", s.socket(), "--store", s.Store()}
+	if !s.o.Snapshotter {
+		args = append(args, "--snapshotter-socket", "off")
+	}
+	args = append(args, s.o.DaemonArgs...)
 	cmd := exec.Command(s.o.Slackerd, args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}

@@ -98,7 +98,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 	f.StringVar(&out, "out", "", "directory for results.json and the report (default ./hellobench-PROFILE-DATE)")
 	f.StringVar(&o.Dir, "dir", DefaultHelloDir, "work directory: node state, containerd, registry (emptied first)")
 	f.StringVar(&o.CorpusDir, "corpus", defaultDir(), "corpus directory (env "+corpus.DirEnv+")")
-	f.StringVar(&o.Store, "store", "", "Slacker's chunk store location (default: a directory on the node)")
+	f.StringVar(&o.Store, "store", "", "Slacker's chunk store location (default: a directory on the node on loopback; the registry behind the link otherwise, registry://REGISTRY/slacker/chunks)")
 	f.StringArrayVar(&o.SlackerdArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.StringVar(&slackerBin, "slacker", "", "slacker binary (default: this program if it is slacker, else next to it or on PATH)")
 	f.StringVar(&slackerdBin, "slackerd", "", "slackerd binary (default: next to slacker, or on PATH)")

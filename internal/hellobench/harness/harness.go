@@ -219,6 +219,11 @@ func (h *harness) network(ctx context.Context, rate int64) error {
 		h.res.Profile.Registry = h.reg.Addr
 		h.printf("profile %s: %d bit/s, RTT %s, registry at %s in network namespace %s", h.res.Profile.Name, rate, h.o.RTT, h.reg.Addr, l.Netns)
 	}
+	if h.link != nil && h.o.Store == "" {
+		// Behind a link, Slacker's chunks must cross it as the baseline's layers do:
+		// they go into the same registry, packed into blobs (the registry store).
+		h.o.Store = "registry://" + h.reg.Addr + "/slacker/chunks"
+	}
 	h.res.Profile.Store = h.o.Store
 	if h.o.Store == "" {
 		h.res.Profile.Store = filepath.Join(h.o.Dir, "slacker", "store")
