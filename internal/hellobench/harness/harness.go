@@ -55,53 +55,15 @@ func (h *harness) printf(format string, args ...any) {
 // cancellation (Results.Interrupted is set then), and always stops everything it
 // started: daemons, containers, the registry, the emulated link.
 func Run(ctx context.Context, o Options) (*Results, error) {
+	p, err := prepare(&o)
+	if err != nil {
+		return nil, err
+	}
+	// Options are checked first, so a mistake is reported as such by anyone.
 	if os.Geteuid() != 0 {
 		return nil, errors.New("bench hello must run as root (containers, mounts, network namespaces)")
 	}
-	if o.Runs <= 0 {
-		o.Runs = 3
-	}
-	if o.RTT <= 0 {
-		o.RTT = time.Millisecond
-	}
-	if len(o.Cycles) == 0 {
-		o.Cycles = []string{Deployment, Development}
-	}
-	for _, c := range o.Cycles {
-		if c != Deployment && c != Development {
-			return nil, fmt.Errorf("unknown cycle %q (want %s or %s)", c, Deployment, Development)
-		}
-	}
-	if o.Seed == 0 {
-		o.Seed = uint64(time.Now().UnixNano())
-	}
-	profile, rate, err := ParseProfile(o.Profile)
-	if err != nil {
-		return nil, err
-	}
-	specs, err := parseSystems(o.Systems)
-	if err != nil {
-		return nil, err
-	}
-	set, err := workload.ParseFile(o.WorkloadsFile)
-	if err != nil {
-		return nil, err
-	}
-	names := o.Only
-	if o.Quick && len(names) == 0 {
-		for _, n := range QuickWorkloads {
-			if set.Get(n) != nil {
-				names = append(names, n)
-			}
-		}
-	}
-	ws, err := set.Select(names)
-	if err != nil {
-		return nil, err
-	}
-	if len(ws) == 0 {
-		return nil, errors.New("no workloads selected")
-	}
+	profile, rate, specs, ws := p.profile, p.rate, p.specs, p.ws
 	h := &harness{o: o, ws: ws, imgs: map[string]system.Image{}, refs: map[string]map[string]string{},
 		pubErr: map[string]map[string]string{}, started: time.Now()}
 	abs, _ := filepath.Abs(o.WorkloadsFile)
@@ -135,6 +97,101 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	h.res.Elapsed = time.Since(h.started).Seconds()
 	h.save()
 	return h.res, ctx.Err()
+}
+
+// plan is what prepare made of the options.
+type plan struct {
+	profile string
+	rate    int64
+	specs   []SystemSpec
+	ws      []*workload.Workload
+}
+
+// prepare fills in o's defaults and checks it: profile, systems, cycles, the work
+// directory (emptied by Run, so it must hold neither the corpus nor the workloads
+// file) and the workloads selected. It changes nothing on disk.
+func prepare(o *Options) (*plan, error) {
+	if o.Runs <= 0 {
+		o.Runs = 3
+	}
+	if o.RTT <= 0 {
+		o.RTT = time.Millisecond
+	}
+	if len(o.Cycles) == 0 {
+		o.Cycles = []string{Deployment, Development}
+	}
+	for i, c := range o.Cycles {
+		if c != Deployment && c != Development {
+			return nil, fmt.Errorf("unknown cycle %q (want %s or %s)", c, Deployment, Development)
+		}
+		if slices.Contains(o.Cycles[:i], c) {
+			return nil, fmt.Errorf("cycle %q given twice", c)
+		}
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	p := &plan{}
+	var err error
+	if p.profile, p.rate, err = ParseProfile(o.Profile); err != nil {
+		return nil, err
+	}
+	if p.specs, err = parseSystems(o.Systems); err != nil {
+		return nil, err
+	}
+	if err := checkWorkDir(o.Dir, o.CorpusDir, o.WorkloadsFile); err != nil {
+		return nil, err
+	}
+	set, err := workload.ParseFile(o.WorkloadsFile)
+	if err != nil {
+		return nil, err
+	}
+	names := o.Only
+	if o.Quick && len(names) == 0 {
+		for _, n := range QuickWorkloads {
+			if set.Get(n) != nil {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("--quick: %s has none of the quick workloads (%s)", o.WorkloadsFile, strings.Join(QuickWorkloads, ", "))
+		}
+	}
+	if p.ws, err = set.Select(names); err != nil {
+		return nil, err
+	}
+	if len(p.ws) == 0 {
+		return nil, errors.New("no workloads selected")
+	}
+	return p, nil
+}
+
+// checkWorkDir refuses a work directory that Run must not empty: none, the root,
+// or one that is or holds the corpus or the workloads file.
+func checkWorkDir(dir, corpusDir, workloadsFile string) error {
+	if dir == "" {
+		return errors.New("no work directory given")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if abs == "/" {
+		return fmt.Errorf("refusing work directory %q", dir)
+	}
+	for _, p := range []struct{ what, path string }{{"the corpus", corpusDir}, {"the workloads file", workloadsFile}} {
+		if p.path == "" {
+			continue
+		}
+		pa, err := filepath.Abs(p.path)
+		if err != nil {
+			return err
+		}
+		if pa == abs || strings.HasPrefix(pa, abs+"/") {
+			return fmt.Errorf("work directory %s holds %s (%s), and the harness empties it first: choose another --dir", dir, p.what, p.path)
+		}
+	}
+	return nil
 }
 
 func parseSystems(in []string) ([]SystemSpec, error) {

@@ -66,8 +66,8 @@ var snapshotterName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 func ParseSystem(s string) (SystemSpec, error) {
 	s = strings.TrimSpace(s)
 	if name, sock, ok := strings.Cut(s, "="); ok {
-		if !snapshotterName.MatchString(name) || name == "slacker" || name == "overlayfs" {
-			return SystemSpec{}, fmt.Errorf("system %q: %q is not a usable snapshotter name", s, name)
+		if !snapshotterName.MatchString(name) || name == "slacker" || name == "overlayfs" || name == "native" {
+			return SystemSpec{}, fmt.Errorf("system %q: %q is not a usable snapshotter name (lower case letters, digits, - and _; not slacker, overlayfs or native, which are built in)", s, name)
 		}
 		if !strings.HasPrefix(sock, "/") {
 			return SystemSpec{}, fmt.Errorf("system %q: want NAME=/path/to/snapshotter.sock", s)
@@ -97,9 +97,11 @@ func ParseProfile(s string) (name string, rateBits int64, err error) {
 		return "", 0, fmt.Errorf("unknown profile %q (want loopback, or a link rate such as 1gbit, 100mbit)", s)
 	}
 	v, err := strconv.ParseFloat(m[1], 64)
-	if err != nil || v <= 0 {
-		return "", 0, fmt.Errorf("profile %q: bad rate", s)
-	}
 	mult := map[string]float64{"k": 1e3, "m": 1e6, "g": 1e9}[m[2]]
+	// Below 1 kbit/s (0.0001kbit rounds to 0 bit/s) a rate would mean no link at
+	// all: the run would go over loopback under the link's name.
+	if err != nil || v*mult < 1e3 || v*mult > 1e12 {
+		return "", 0, fmt.Errorf("profile %q: the rate must be between 1kbit and 1000gbit", s)
+	}
 	return s, int64(v * mult), nil
 }
