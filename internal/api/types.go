@@ -57,6 +57,12 @@ type CreateVolumeRequest struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Mount    bool              `json:"mount,omitempty"` // mount it at once
 	ReadOnly bool              `json:"read_only,omitempty"`
+	// Startup marks a container's root: the image's start-up trace is replayed, or
+	// recorded if the store has none (docs/design.md, "Start-up traces").
+	Startup bool `json:"startup,omitempty"`
+	// StartupFallback are snapshots whose traces are replayed when Snapshot has none
+	// (the image's earlier layers, newest first).
+	StartupFallback []digest.Digest `json:"startup_fallback,omitempty"`
 }
 
 // VolumeStats are a volume's I/O counters.

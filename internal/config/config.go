@@ -47,6 +47,10 @@ type Daemon struct {
 		LeaseTTL      string `toml:"lease_ttl"`      // protection after the last refresh (24h)
 		SnapshotHold  string `toml:"snapshot_hold"`  // the lease keeps each snapshot written this long (1h)
 	} `toml:"gc"`
+	// StartupTrace is how long after a container starts its reads are recorded as
+	// its image's start-up trace, replayed as prefetches when the image next starts
+	// ("30s" by default; "off": neither recorded nor replayed; docs/design.md).
+	StartupTrace string `toml:"startup_trace"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
 	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
@@ -104,6 +108,7 @@ type Resolved struct {
 	Attempt, MaxWait                time.Duration
 	LeaseInterval, LeaseTTL         time.Duration
 	SnapshotHold                    time.Duration
+	StartupWindow                   time.Duration // negative: off
 }
 
 // Resolve checks d and parses its values.
@@ -186,6 +191,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if d.GC.SnapshotHold != "" {
 		if r.SnapshotHold, err = time.ParseDuration(d.GC.SnapshotHold); err != nil || r.SnapshotHold <= 0 {
 			return r, fmt.Errorf("gc.snapshot_hold %q: want a positive duration such as 1h", d.GC.SnapshotHold)
+		}
+	}
+	switch d.StartupTrace {
+	case "":
+	case "off":
+		r.StartupWindow = -1
+	default:
+		if r.StartupWindow, err = time.ParseDuration(d.StartupTrace); err != nil || r.StartupWindow <= 0 {
+			return r, fmt.Errorf("startup_trace %q: want a positive duration such as 30s, or off", d.StartupTrace)
 		}
 	}
 	if r.LeaseInterval > 0 && r.LeaseTTL > 0 && r.LeaseTTL < 2*r.LeaseInterval {

@@ -99,7 +99,12 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Record, error) 
 	if _, err := m.Get(name); err == nil {
 		return nil, fmt.Errorf("container name %q is already in use; remove it with `slacker rm %s`", name, name)
 	}
+	var earlier []digest.Digest // the image's layers, newest first
+	for i := len(o.Image.Layers) - 1; i >= 0; i-- {
+		earlier = append(earlier, o.Image.Layers[i].Snapshot)
+	}
 	vol, err := m.node.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: o.Image.Snapshot, Mount: true,
+		Startup: true, StartupFallback: earlier,
 		Labels: map[string]string{"slacker.kind": "container", "slacker.container": name, "slacker.image": o.ImageName}})
 	if err != nil {
 		return nil, fmt.Errorf("clone image %s: %w", o.ImageName, err)

@@ -178,7 +178,8 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	v, err := s.node.CreateVolume(r.Context(), node.CreateOptions{ID: req.ID, Snapshot: req.Snapshot, Size: req.Size, Labels: req.Labels})
+	v, err := s.node.CreateVolume(r.Context(), node.CreateOptions{ID: req.ID, Snapshot: req.Snapshot, Size: req.Size, Labels: req.Labels,
+		Startup: req.Startup, StartupFallback: req.StartupFallback})
 	if err != nil {
 		s.fail(w, r, err)
 		return

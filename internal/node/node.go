@@ -48,6 +48,10 @@ type Config struct {
 	NoDirectIO    bool        // loop devices without O_DIRECT (the backing file gets a page cache)
 	Fetch         fetch.Options
 	Lease         LeaseConfig // the node's lease in the store (garbage collection)
+	// StartupWindow is how long a container volume's reads are recorded as its
+	// image's start-up trace (0: DefaultStartupWindow; negative: no traces are
+	// recorded or replayed).
+	StartupWindow time.Duration
 	Logger        *slog.Logger
 }
 
@@ -85,6 +89,8 @@ type Node struct {
 
 	mu   sync.Mutex
 	vols map[string]*vol
+
+	bg sync.WaitGroup // start-up trace lookups, replays and writes
 }
 
 type vol struct {
@@ -95,6 +101,8 @@ type vol struct {
 	mnt  string
 	file string // FUSE file
 	gone bool
+	// startup is a container volume's start-up trace (nil for other volumes).
+	startup *startup
 }
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
@@ -117,6 +125,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.DefaultSize <= 0 {
 		cfg.DefaultSize = 10 << 30
+	}
+	if cfg.StartupWindow == 0 {
+		cfg.StartupWindow = DefaultStartupWindow
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -332,6 +343,14 @@ type CreateOptions struct {
 	Snapshot digest.Digest     // base; empty for a blank volume
 	Size     int64             // 0: the base's size (or DefaultSize if blank)
 	Labels   map[string]string //
+	// Startup marks a container's root: the store's start-up trace of Snapshot is
+	// replayed (its chunks prefetched) and, if there is none, one is recorded from
+	// this volume's reads (package trace).
+	Startup bool
+	// StartupFallback are snapshots whose traces are replayed, the first found, when
+	// Snapshot has none yet (its image's earlier layers, newest first: a commit
+	// changes little of what start-up reads).
+	StartupFallback []digest.Digest
 }
 
 func randomID() string {
@@ -386,8 +405,11 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 		return VolumeInfo{}, err
 	}
 	n.vols[id] = x
+	if opts.Startup {
+		x.startup = n.startStartup(x, opts.Snapshot, opts.StartupFallback)
+	}
 	n.lease.poke()
-	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size)
+	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size, "startup_trace", x.startup != nil)
 	return x.info(), nil
 }
 
@@ -626,6 +648,7 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 	if err := n.unmountLocked(x); err != nil {
 		return err
 	}
+	x.startup.end() // before the volume goes: it writes what the volume read
 	if err := n.fs.Remove(id); err != nil {
 		n.log.Warn("fuse-remove-failed", "volume", id, "err", err)
 	}
@@ -690,6 +713,20 @@ func (n *Node) Root() string { return n.cfg.Root }
 // Close unmounts every volume (keeping their records, so the next Open mounts them
 // again), closes them and unmounts the FUSE directory.
 func (n *Node) Close(ctx context.Context) error {
+	// Start-up traces being looked up or written finish first (each is bounded by
+	// its own deadline); replays stop.
+	n.mu.Lock()
+	for _, x := range n.vols {
+		x.startup.stop()
+	}
+	n.mu.Unlock()
+	bgDone := make(chan struct{})
+	go func() { n.bg.Wait(); close(bgDone) }()
+	select {
+	case <-bgDone:
+	case <-ctx.Done():
+	case <-time.After(30 * time.Second):
+	}
 	n.lease.close()
 	n.mu.Lock()
 	xs := make([]*vol, 0, len(n.vols))

@@ -275,7 +275,11 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		}
 		vid := s.volumeID(snap.ID)
 		ro := kind == snapshots.KindView
-		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from,
+		// A container's root (an active snapshot that no layer is unpacked into) gets
+		// its image's start-up trace.
+		container := kind == snapshots.KindActive && parent != "" && base.Labels[LabelSnapshotRef] == "" &&
+			!strings.HasPrefix(key, "extract-")
+		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from, Startup: container,
 			Labels: map[string]string{"slacker.kind": "containerd", "containerd.key": key}}); err != nil {
 			return fmt.Errorf("clone %s for %s: %w", from, key, mapErr(err))
 		}

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -117,6 +118,41 @@ type Volume struct {
 	traceMu   sync.Mutex
 	baseReads *runSet // blocks read from the base (see Stats.BaseReadRuns)
 	truncated bool    // baseReads reached MaxReadRuns
+
+	startMu     sync.Mutex
+	startUntil  time.Time // record start-up reads until then (zero: not recording)
+	startMax    int
+	startSeen   map[digest.Digest]bool
+	startChunks []blockmap.Chunk
+}
+
+// RecordStartup makes the volume record, for window from now, the base chunks it
+// reads in the order it first reads them, up to max chunks (package trace).
+func (v *Volume) RecordStartup(window time.Duration, max int) {
+	v.startMu.Lock()
+	defer v.startMu.Unlock()
+	v.startUntil, v.startMax, v.startSeen = time.Now().Add(window), max, map[digest.Digest]bool{}
+}
+
+// AddFetched counts n bytes fetched from the store on the volume's behalf (a
+// prefetch made for it elsewhere, e.g. a start-up trace's replay).
+func (v *Volume) AddFetched(n int64) { v.fetchedBytes.Add(n) }
+
+// StartupChunks returns the chunks recorded since RecordStartup, in first-read order.
+func (v *Volume) StartupChunks() []blockmap.Chunk {
+	v.startMu.Lock()
+	defer v.startMu.Unlock()
+	return slices.Clone(v.startChunks)
+}
+
+func (v *Volume) recordStartup(c blockmap.Chunk) {
+	v.startMu.Lock()
+	defer v.startMu.Unlock()
+	if v.startUntil.IsZero() || v.startSeen[c.Digest] || len(v.startChunks) >= v.startMax || time.Now().After(v.startUntil) {
+		return
+	}
+	v.startSeen[c.Digest] = true
+	v.startChunks = append(v.startChunks, c)
 }
 
 // Create makes a new volume in dir (which must not exist): a clone of the snapshot
@@ -354,6 +390,7 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 		}
 		v.baseReadBytes.Add(pc.Length)
 		v.traceBaseRead(pc.Offset, pc.Length)
+		v.recordStartup(pc.Chunk)
 		v.fetchedBytes.Add(fetched)
 		if hit {
 			v.hits.Add(1)

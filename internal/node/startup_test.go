@@ -1,0 +1,197 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/trace"
+)
+
+// TestStartupTraceRecordedAndReplayed runs a "container" (a clone marked Startup
+// that reads one file) on a node: the node records the chunks it read as the
+// snapshot's start-up trace in the store. A second node with a cold cache, cloning
+// the snapshot for a container, prefetches those chunks before anything reads
+// them, and the reads that follow are cache hits with the right bytes. A clone not
+// marked Startup neither records nor replays.
+func TestStartupTraceRecordedAndReplayed(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := openNode(t, filepath.Join(dir, "node1"), st)
+	t.Cleanup(func() { n.Close(ctx) })
+
+	// An image: a small file read at start-up and a big one that is not.
+	blank, err := n.MakeFilesystem(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "build", Snapshot: blank.ID}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, "build", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startupFile := make([]byte, 3<<20)
+	rand.Read(startupFile)
+	other := make([]byte, 16<<20)
+	rand.Read(other)
+	if err := os.WriteFile(filepath.Join(v.Mountpoint, "startup"), startupFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(v.Mountpoint, "other"), other, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.UnmountVolume(ctx, "build"); err != nil {
+		t.Fatal(err)
+	}
+	img, err := n.SnapshotVolume(ctx, "build", SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteVolume(ctx, "build"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A plain clone records nothing.
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "plain", Snapshot: img.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.MountVolume(ctx, "plain", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteVolume(ctx, "plain"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(100 * time.Millisecond)
+	if _, err := st.GetRef(ctx, trace.RefName(img.ID)); err == nil {
+		t.Fatal("a clone not marked Startup recorded a trace")
+	}
+
+	// The first container: reads the start-up file, exits (its volume is deleted).
+	run := func(n *Node, id string) VolumeInfo {
+		t.Helper()
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img.ID, Startup: true}); err != nil {
+			t.Fatal(err)
+		}
+		return mountRO(t, n, id)
+	}
+	c1 := run(n, "c1")
+	if got, err := os.ReadFile(filepath.Join(c1.Mountpoint, "startup")); err != nil || !bytes.Equal(got, startupFile) {
+		t.Fatalf("read in c1: %v", err)
+	}
+	if err := n.DeleteVolume(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	var tr *trace.Trace
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		b, err := st.GetRef(ctx, trace.RefName(img.ID))
+		if err == nil {
+			if tr, err = trace.Decode(b); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no start-up trace recorded: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if tr.Snapshot != img.ID || tr.Bytes() < int64(len(startupFile)) || tr.Bytes() >= int64(len(startupFile)+len(other)) {
+		t.Fatalf("trace of %d chunks, %d bytes: want the start-up file (%d bytes) and metadata, not the other file",
+			len(tr.Chunks), tr.Bytes(), len(startupFile))
+	}
+
+	// A second node, cold: the clone's chunks arrive before anyone reads them.
+	n2 := openNode(t, filepath.Join(dir, "node2"), st)
+	t.Cleanup(func() { n2.Close(ctx) })
+	if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img.ID, Startup: true}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n2.Cache().Stats().Prefetched < int64(len(tr.Chunks)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("prefetched %d of the trace's %d chunks", n2.Cache().Stats().Prefetched, len(tr.Chunks))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c2 := mountRO(t, n2, "c2")
+	if got, err := os.ReadFile(filepath.Join(c2.Mountpoint, "startup")); err != nil || !bytes.Equal(got, startupFile) {
+		t.Fatalf("read in c2: %v", err)
+	}
+	info, _ := n2.Volume("c2")
+	if info.Stats.CacheMisses != 0 {
+		t.Fatalf("c2's start-up reads missed the cache %d times after the replay", info.Stats.CacheMisses)
+	}
+	if err := n2.DeleteVolume(ctx, "c2"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A change to the image (a commit) has no trace yet: a cold node replays its
+	// parent's, given as a fallback, and records one of its own.
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "change", Snapshot: img.ID}); err != nil {
+		t.Fatal(err)
+	}
+	cv, err := n.MountVolume(ctx, "change", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cv.Mountpoint, "new"), []byte("a change"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.UnmountVolume(ctx, "change"); err != nil {
+		t.Fatal(err)
+	}
+	img2, err := n.SnapshotVolume(ctx, "change", SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n3 := openNode(t, filepath.Join(dir, "node3"), st)
+	t.Cleanup(func() { n3.Close(ctx) })
+	if _, err := n3.CreateVolume(ctx, CreateOptions{ID: "c3", Snapshot: img2.ID, Startup: true,
+		StartupFallback: []digest.Digest{img2.ID, img.ID}}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n3.Cache().Stats().Prefetched < int64(len(tr.Chunks)); {
+		if time.Now().After(deadline) {
+			t.Fatalf("the change's clone prefetched %d of its parent's trace's %d chunks", n3.Cache().Stats().Prefetched, len(tr.Chunks))
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	c3 := mountRO(t, n3, "c3")
+	if got, err := os.ReadFile(filepath.Join(c3.Mountpoint, "new")); err != nil || string(got) != "a change" {
+		t.Fatalf("read the change in c3: %q %v", got, err)
+	}
+	if err := n3.DeleteVolume(ctx, "c3"); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if _, err := st.GetRef(ctx, trace.RefName(img2.ID)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the change's own trace was not recorded")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mountRO(t *testing.T, n *Node, id string) VolumeInfo {
+	t.Helper()
+	v, err := n.MountVolume(context.Background(), id, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}

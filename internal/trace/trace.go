@@ -1,0 +1,136 @@
+package trace
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+)
+
+// Version is the only version Decode accepts.
+const Version = 1
+
+// MaxChunks bounds a trace: 16384 chunks is 4 GiB of 256 KiB chunks, far more than
+// any start-up reads, and about 1.6 MB encoded (records hold at most 16 MiB).
+const MaxChunks = 16384
+
+// MaxChunkSize bounds one chunk's size in a trace.
+const MaxChunkSize = 64 << 20
+
+// ErrInvalid is returned by Decode for malformed input.
+var ErrInvalid = errors.New("invalid start-up trace")
+
+// Trace is the start-up reads of one snapshot.
+type Trace struct {
+	Version  int           `json:"version"`
+	Snapshot digest.Digest `json:"snapshot"`
+	// Window is how long after the clone was made reads were recorded.
+	Window time.Duration `json:"window"`
+	// Created is when the trace was recorded.
+	Created time.Time `json:"created"`
+	// Chunks are the snapshot's chunks in the order the container first read them.
+	Chunks []Chunk `json:"chunks"`
+}
+
+// Chunk is one chunk of the snapshot.
+type Chunk struct {
+	Digest digest.Digest `json:"digest"`
+	Size   int64         `json:"size"`
+}
+
+// RefName is the name of the store record holding snapshot's trace.
+func RefName(snapshot digest.Digest) string {
+	return "traces/" + snapshot.Algorithm().String() + "-" + snapshot.Encoded()
+}
+
+// New makes a trace of chunks (in first-read order; later duplicates are dropped,
+// and chunks beyond MaxChunks).
+func New(snapshot digest.Digest, window time.Duration, chunks []blockmap.Chunk) *Trace {
+	t := &Trace{Version: Version, Snapshot: snapshot, Window: window, Created: time.Now().UTC()}
+	seen := make(map[digest.Digest]bool, len(chunks))
+	for _, c := range chunks {
+		if seen[c.Digest] || len(t.Chunks) == MaxChunks {
+			continue
+		}
+		seen[c.Digest] = true
+		t.Chunks = append(t.Chunks, Chunk{Digest: c.Digest, Size: c.Size})
+	}
+	return t
+}
+
+// BlockmapChunks returns the chunks as the cache takes them.
+func (t *Trace) BlockmapChunks() []blockmap.Chunk {
+	out := make([]blockmap.Chunk, len(t.Chunks))
+	for i, c := range t.Chunks {
+		out[i] = blockmap.Chunk{Digest: c.Digest, Size: c.Size}
+	}
+	return out
+}
+
+// Bytes is the sum of the chunks' sizes.
+func (t *Trace) Bytes() int64 {
+	var n int64
+	for _, c := range t.Chunks {
+		n += c.Size
+	}
+	return n
+}
+
+// Encode checks t and encodes it.
+func Encode(t *Trace) ([]byte, error) {
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	return json.Marshal(t)
+}
+
+// Decode decodes and checks an encoded trace.
+func Decode(b []byte) (*Trace, error) {
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var t Trace
+	if err := dec.Decode(&t); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("%w: trailing data", ErrInvalid)
+	}
+	if err := t.check(); err != nil {
+		return nil, err
+	}
+	return &t, nil
+}
+
+func (t *Trace) check() error {
+	if t.Version != Version {
+		return fmt.Errorf("%w: version %d (this program reads %d)", ErrInvalid, t.Version, Version)
+	}
+	if err := t.Snapshot.Validate(); err != nil {
+		return fmt.Errorf("%w: snapshot: %v", ErrInvalid, err)
+	}
+	if t.Window < 0 {
+		return fmt.Errorf("%w: negative window", ErrInvalid)
+	}
+	if len(t.Chunks) > MaxChunks {
+		return fmt.Errorf("%w: %d chunks, at most %d", ErrInvalid, len(t.Chunks), MaxChunks)
+	}
+	seen := make(map[digest.Digest]bool, len(t.Chunks))
+	for i, c := range t.Chunks {
+		if err := c.Digest.Validate(); err != nil {
+			return fmt.Errorf("%w: chunk %d: %v", ErrInvalid, i, err)
+		}
+		if c.Size <= 0 || c.Size > MaxChunkSize {
+			return fmt.Errorf("%w: chunk %d: size %d", ErrInvalid, i, c.Size)
+		}
+		if seen[c.Digest] {
+			return fmt.Errorf("%w: chunk %d (%s) listed twice", ErrInvalid, i, c.Digest)
+		}
+		seen[c.Digest] = true
+	}
+	return nil
+}

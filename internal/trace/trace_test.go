@@ -1,0 +1,103 @@
+package trace
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+)
+
+var snap = digest.FromString("snapshot")
+
+func chunk(s string, size int64) blockmap.Chunk {
+	return blockmap.Chunk{Digest: digest.FromString(s), Size: size}
+}
+
+func TestRoundTripKeepsFirstReadOrder(t *testing.T) {
+	tr := New(snap, 30*time.Second, []blockmap.Chunk{chunk("c", 10), chunk("a", 20), chunk("c", 10), chunk("b", 30)})
+	b, err := Encode(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []blockmap.Chunk{chunk("c", 10), chunk("a", 20), chunk("b", 30)}
+	cs := got.BlockmapChunks()
+	if len(cs) != len(want) {
+		t.Fatalf("chunks %v, want %v", cs, want)
+	}
+	for i := range want {
+		if cs[i] != want[i] {
+			t.Fatalf("chunk %d: %v, want %v", i, cs[i], want[i])
+		}
+	}
+	if got.Snapshot != snap || got.Window != 30*time.Second || got.Bytes() != 60 {
+		t.Fatalf("decoded %+v", got)
+	}
+}
+
+func TestNewBoundsChunks(t *testing.T) {
+	cs := make([]blockmap.Chunk, MaxChunks+5)
+	for i := range cs {
+		cs[i] = chunk(strings.Repeat("x", i+1), 1)
+	}
+	if n := len(New(snap, 0, cs).Chunks); n != MaxChunks {
+		t.Fatalf("%d chunks, want %d", n, MaxChunks)
+	}
+}
+
+func TestRefName(t *testing.T) {
+	if got, want := RefName(snap), "traces/sha256-"+snap.Encoded(); got != want {
+		t.Fatalf("%s, want %s", got, want)
+	}
+}
+
+func TestDecodeRejects(t *testing.T) {
+	d := digest.FromString("a").String()
+	s := snap.String()
+	for name, in := range map[string]string{
+		"not json":        `{`,
+		"future version":  `{"version":2,"snapshot":"` + s + `","chunks":[]}`,
+		"no version":      `{"snapshot":"` + s + `","chunks":[]}`,
+		"bad snapshot":    `{"version":1,"snapshot":"sha256:zz","chunks":[]}`,
+		"bad chunk":       `{"version":1,"snapshot":"` + s + `","chunks":[{"digest":"md5:1","size":1}]}`,
+		"zero size":       `{"version":1,"snapshot":"` + s + `","chunks":[{"digest":"` + d + `","size":0}]}`,
+		"huge size":       `{"version":1,"snapshot":"` + s + `","chunks":[{"digest":"` + d + `","size":1099511627776}]}`,
+		"duplicate":       `{"version":1,"snapshot":"` + s + `","chunks":[{"digest":"` + d + `","size":1},{"digest":"` + d + `","size":1}]}`,
+		"negative window": `{"version":1,"snapshot":"` + s + `","window":-1,"chunks":[]}`,
+		"unknown field":   `{"version":1,"snapshot":"` + s + `","chunks":[],"extra":1}`,
+		"trailing":        `{"version":1,"snapshot":"` + s + `","chunks":[]} {}`,
+	} {
+		if _, err := Decode([]byte(in)); !errors.Is(err, ErrInvalid) {
+			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		}
+	}
+}
+
+func FuzzDecode(f *testing.F) {
+	b, _ := Encode(New(snap, time.Second, []blockmap.Chunk{chunk("a", 1), chunk("b", 2)}))
+	f.Add(b)
+	f.Add([]byte(`{"version":1,"snapshot":"` + snap.String() + `","chunks":[]}`))
+	f.Add([]byte(`{}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		tr, err := Decode(b)
+		if err != nil {
+			return
+		}
+		// What decodes encodes, and decodes to the same trace.
+		again, err := Encode(tr)
+		if err != nil {
+			t.Fatalf("decoded trace does not encode: %v", err)
+		}
+		tr2, err := Decode(again)
+		if err != nil || len(tr2.Chunks) != len(tr.Chunks) || tr2.Snapshot != tr.Snapshot {
+			t.Fatalf("round trip: %v", err)
+		}
+	})
+}
