@@ -42,6 +42,7 @@ type harness struct {
 	pubErr  map[string]map[string]string // system -> workload -> why publishing failed
 	link    *system.Link
 	reg     *services.Registry
+	minio   *services.MinIO // the S3 store behind a link
 	started time.Time
 }
 
@@ -90,6 +91,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	h.publish(ctx)
 	h.save()
+	if o.Warmup {
+		h.warmup(ctx)
+	}
 	h.measure(ctx)
 	if ctx.Err() != nil {
 		h.res.Interrupted = true
@@ -130,6 +134,11 @@ func prepare(o *Options) (*plan, error) {
 	}
 	if o.Seed == 0 {
 		o.Seed = uint64(time.Now().UnixNano())
+	}
+	switch o.StoreServer {
+	case "", "s3", "registry":
+	default:
+		return nil, fmt.Errorf("store server %q: want s3 or registry", o.StoreServer)
 	}
 	p := &plan{}
 	var err error
@@ -276,16 +285,34 @@ func (h *harness) network(ctx context.Context, rate int64) error {
 		h.res.Profile.Registry = h.reg.Addr
 		h.printf("profile %s: %d bit/s, RTT %s, registry at %s in network namespace %s", h.res.Profile.Name, rate, h.o.RTT, h.reg.Addr, l.Netns)
 	}
+	storeShown := h.o.Store
 	if h.link != nil && h.o.Store == "" {
 		// Behind a link, Slacker's chunks must cross it as the baseline's layers do:
-		// they go into the same registry, packed into blobs (the registry store).
-		h.o.Store = "registry://" + h.reg.Addr + "/slacker/chunks"
+		// in a MinIO server beside the registry (the S3 store), or in the registry
+		// itself, packed into blobs (the registry store).
+		switch h.o.StoreServer {
+		case "registry":
+			h.o.Store = "registry://" + h.reg.Addr + "/slacker/chunks"
+			storeShown = h.o.Store
+		default:
+			err := system.InNetns(h.link.NetnsPath, func() error {
+				m, err := services.StartMinIO(ctx, services.MinIOOptions{Dir: filepath.Join(h.o.Dir, "minio"), Addr: h.link.FarIP + ":9000"})
+				h.minio = m
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("S3 store behind the link: %w", err)
+			}
+			h.o.Store = h.minio.Location("slacker", "")
+			storeShown = "s3://" + h.minio.Addr + "/slacker (MinIO)"
+		}
+		h.printf("Slacker's chunk store behind the link: %s", storeShown)
 	}
-	h.res.Profile.Store = h.o.Store
+	h.res.Profile.Store = storeShown
 	if h.o.Store == "" {
 		h.res.Profile.Store = filepath.Join(h.o.Dir, "slacker", "store")
 	}
-	h.res.Profile.StoreRemote = h.link != nil && strings.Contains(h.o.Store, h.link.FarIP)
+	h.res.Profile.StoreRemote = h.link != nil && strings.Contains(storeShown, h.link.FarIP)
 	if h.link != nil && !h.res.Profile.StoreRemote {
 		note := "Slacker's chunk store was a directory on the node, not across the link: only the registry was behind it, so Slacker's data never crossed the emulated network"
 		h.res.Notes = append(h.res.Notes, note)
@@ -352,6 +379,27 @@ func (h *harness) publish(ctx context.Context) {
 		}
 		s.Close()
 	}
+}
+
+// warmup deploys every workload once with Slacker, untimed, so that its store
+// holds each image's start-up trace (recorded by the first container of an image
+// that has none), as one earlier run of the image anywhere would leave it. The
+// containerd systems keep nothing between cold samples, so they get none.
+func (h *harness) warmup(ctx context.Context) {
+	for _, s := range h.systems {
+		if _, ok := s.(*system.Slacker); !ok {
+			continue
+		}
+		for i, w := range h.ws {
+			if ctx.Err() != nil {
+				return
+			}
+			smp := h.sample(ctx, task{w, s, Deployment}, 0, i)
+			h.res.Warmups = append(h.res.Warmups, smp)
+			h.printf("warm-up: %s", progressLine(0, 0, i+1, len(h.ws), &smp))
+		}
+	}
+	h.save()
 }
 
 type task struct {
@@ -557,6 +605,9 @@ func (h *harness) teardown() {
 	}
 	if h.reg != nil {
 		h.reg.Stop()
+	}
+	if h.minio != nil {
+		h.minio.Stop()
 	}
 	if h.link != nil {
 		if err := h.link.Close(); err != nil {

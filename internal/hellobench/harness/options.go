@@ -25,6 +25,9 @@ type Options struct {
 	RTT     time.Duration
 	// Runs is the number of repetitions of every (workload, system, cycle).
 	Runs int
+	// Warmup runs every workload once with Slacker before the samples, untimed
+	// (see Results.Warmups).
+	Warmup bool
 	// Cycles to measure: Deployment, Development (default both).
 	Cycles []string
 	// Dir is the harness's work directory (emptied first); CorpusDir the corpus.
@@ -34,6 +37,10 @@ type Options struct {
 	SlackerdArgs      []string
 	// Store is Slacker's chunk store location ("" = a directory on the node).
 	Store string
+	// StoreServer is where Slacker's chunks live behind a link when Store is empty:
+	// "s3" (a MinIO server beside the registry, the default) or "registry" (the
+	// registry's blobs).
+	StoreServer string
 	// Results, when set, is rewritten after every sample.
 	Results string
 	// Seed fixes the shuffled order (0 = from the clock).

@@ -38,6 +38,11 @@ type Results struct {
 	// Publish holds the first push of each whole image by each system.
 	Publish []PublishSample `json:"publish"`
 	Samples []Sample        `json:"samples"`
+	// Warmups are the untimed deployment of every workload with Slacker before the
+	// samples (Options.Warmup): it gives Slacker's store each image's start-up
+	// trace, as one earlier run of the image anywhere would. They count in no
+	// statistic.
+	Warmups []Sample `json:"warmups,omitempty"`
 	// Elapsed is the harness's wall-clock time; Interrupted is set when it was
 	// stopped before the end (the samples taken are kept).
 	Elapsed     float64  `json:"elapsed_s"`
