@@ -98,7 +98,7 @@ func (t *Table) section(b *strings.Builder, figs []figure) {
 		row("pull, median across workloads", secs(sm.PullMedian), secs(sm.BasePullMedian), x(sm.BasePullMedian/sm.PullMedian))
 		row("pull, p90 across workloads", secs(sm.PullP90), secs(sm.BasePullP90), x(sm.BasePullP90/sm.PullP90))
 		row("run, mean across workloads", secs(sm.RunMean), secs(sm.BaseRunMean), "")
-		row("run time / "+t.Baseline+"'s, median across workloads", "", "", fmt.Sprintf("%.2f", sm.RunRatio))
+		row("run time / "+t.Baseline+"'s, median across workloads", "", "", ratio(sm.RunRatio))
 		row("push of a change, median", secs(sm.PushMedian), secs(sm.BasePushMedian), x(sm.BasePushMedian/sm.PushMedian))
 		row("bytes fetched / image size, median", pct(sm.FetchedShare), "", "")
 		row("bytes read / image size, median", pct(sm.ReadShare), "", "")
@@ -261,6 +261,14 @@ func x(v float64) string {
 		return fmt.Sprintf("%.2fx", v)
 	}
 	return fmt.Sprintf("%.1fx", v)
+}
+
+// ratio is a plain ratio with two decimals ("–" when there is none).
+func ratio(v float64) string {
+	if math.IsNaN(v) || math.IsInf(v, 0) {
+		return "–"
+	}
+	return fmt.Sprintf("%.2f", v)
 }
 
 func pct(v float64) string {

@@ -54,9 +54,9 @@ func WriteTable(w io.Writer, r *harness.Results) {
 	tw.Flush()
 	for _, sub := range t.others() {
 		sm := t.Summarize(sub)
-		fmt.Fprintf(w, "\n%s vs %s, profile %s: deployment %s median (p90 %s), development %s (p90 %s); pull p90 %s vs %s; run time ratio %.2f; fetched %s of the image (median); %d of %d samples failed (%s: %d)\n",
+		fmt.Fprintf(w, "\n%s vs %s, profile %s: deployment %s median (p90 %s), development %s (p90 %s); pull p90 %s vs %s; run time ratio %s; fetched %s of the image (median); %d of %d samples failed (%s: %d)\n",
 			sub, t.Baseline, r.Profile.Name, x(sm.DeployMedian), x(sm.DeployP90), x(sm.DevMedian), x(sm.DevP90),
-			secs(sm.PullP90), secs(sm.BasePullP90), sm.RunRatio, pct(sm.FetchedShare), sm.Failed, sm.Samples, t.Baseline, sm.BaseFailed)
+			secs(sm.PullP90), secs(sm.BasePullP90), ratio(sm.RunRatio), pct(sm.FetchedShare), sm.Failed, sm.Samples, t.Baseline, sm.BaseFailed)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
@@ -72,9 +72,9 @@ func WriteMarkdown(w io.Writer, rs []*harness.Results) {
 		t := Aggregate(r)
 		for _, sub := range t.others() {
 			sm := t.Summarize(sub)
-			fmt.Fprintf(w, "| %s | %s vs %s | %s (%s) | %s (%s) | %s vs %s | %.2f | %s | %d of %d (%s: %d) |\n",
+			fmt.Fprintf(w, "| %s | %s vs %s | %s (%s) | %s (%s) | %s vs %s | %s | %s | %d of %d (%s: %d) |\n",
 				r.Profile.Name, sub, t.Baseline, x(sm.DeployMedian), x(sm.DeployP90), x(sm.DevMedian), x(sm.DevP90),
-				secs(sm.PullP90), secs(sm.BasePullP90), sm.RunRatio, pct(sm.FetchedShare), sm.Failed, sm.Samples, t.Baseline, sm.BaseFailed)
+				secs(sm.PullP90), secs(sm.BasePullP90), ratio(sm.RunRatio), pct(sm.FetchedShare), sm.Failed, sm.Samples, t.Baseline, sm.BaseFailed)
 		}
 	}
 	fmt.Fprintln(w)
