@@ -509,11 +509,37 @@ func (n *Node) UnmountVolume(ctx context.Context, id string) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if err := n.flushLocked(x); err != nil {
+		return err
+	}
 	if err := n.unmountLocked(x); err != nil {
 		return err
 	}
 	x.rec.Mounted = false
 	return writeRecord(n.volDir(id), x.rec)
+}
+
+// flushLocked writes a mounted read-write volume's filesystem whole to the volume
+// (FIFREEZE, then FITHAW: dirty data written, the journal checkpointed) before an
+// unmount whose volume is kept. Unmounting alone does not ensure it: a mount
+// namespace made while the volume was mounted (a container starting, any unshare)
+// holds its own copy of the mount, and while anything there keeps that copy busy,
+// unmounting ours returns without shutting the filesystem down, its writes still
+// unwritten, for as long as the copy lives (a lazy unmount after EBUSY does the
+// same). A snapshot taken then silently misses them, every chunk sound: a converted
+// image without its files.
+func (n *Node) flushLocked(x *vol) error {
+	if x.mnt == "" || x.rec.ReadOnly {
+		return nil
+	}
+	thaw, err := mount.Freeze(x.mnt)
+	if err != nil {
+		return fmt.Errorf("unmount volume %s: flush its filesystem: %w", x.rec.ID, err)
+	}
+	if err := thaw(); err != nil {
+		return fmt.Errorf("unmount volume %s: flush its filesystem: %w", x.rec.ID, err)
+	}
+	return nil
 }
 
 func (n *Node) unmountLocked(x *vol) error {
@@ -528,14 +554,19 @@ func (n *Node) unmountLocked(x *vol) error {
 		n.log.Warn("volume-unmounted-lazily", "volume", x.rec.ID, "mountpoint", x.mnt,
 			"reason", "still busy after 10s; detached, the device goes when its last user does")
 	}
-	n.waitLoopFree(x.file, x.dev)
+	if !n.waitLoopFree(x.file, x.dev) {
+		n.log.Warn("volume-filesystem-held-elsewhere", "volume", x.rec.ID, "device", x.dev,
+			"reason", "unmounted here, but its filesystem lives on (a busy copy of the mount in another mount namespace?); the device goes when it does")
+	}
 	os.Remove(x.mnt)
 	x.mnt, x.dev = "", ""
 	return nil
 }
 
-// waitLoopFree waits for autoclear to detach dev from file, and detaches it if not.
-func (n *Node) waitLoopFree(file, dev string) {
+// waitLoopFree waits for autoclear to detach dev from file, and detaches it if not
+// (a device still in use is then only marked to go on its last close). It reports
+// whether the device was freed in time.
+func (n *Node) waitLoopFree(file, dev string) bool {
 	for i := 0; i < 250; i++ {
 		loops, _ := mount.ListLoops()
 		busy := false
@@ -545,13 +576,14 @@ func (n *Node) waitLoopFree(file, dev string) {
 			}
 		}
 		if !busy {
-			return
+			return true
 		}
 		time.Sleep(4 * time.Millisecond)
 	}
 	if err := mount.DetachLoop(dev); err != nil {
 		n.log.Warn("loop-detach-failed", "device", dev, "err", err)
 	}
+	return false
 }
 
 // SnapshotOptions configure SnapshotVolume.
@@ -737,6 +769,9 @@ func (n *Node) Close(ctx context.Context) error {
 	var errs []error
 	for _, x := range xs {
 		x.mu.Lock()
+		if err := n.flushLocked(x); err != nil {
+			errs = append(errs, err) // and unmounted all the same
+		}
 		if err := n.unmountLocked(x); err != nil {
 			errs = append(errs, err)
 		}
