@@ -83,13 +83,20 @@ type Sample struct {
 	// Memory of the whole tree once all were ready: page cache, anonymous memory,
 	// the peak of the total; the daemon's resident set and, for slackerd, its chunk
 	// cache in memory; the containers' OOM kills.
-	PageCache   int64  `json:"page_cache_bytes"`
-	Anon        int64  `json:"anon_bytes"`
-	MaxUsage    int64  `json:"max_usage_bytes"`
-	DaemonRSS   int64  `json:"daemon_rss_bytes"`
-	DaemonCache int64  `json:"daemon_cache_bytes"`
-	OOMKills    int64  `json:"oom_kills"`
-	Error       string `json:"error,omitempty"`
+	PageCache   int64 `json:"page_cache_bytes"`
+	Anon        int64 `json:"anon_bytes"`
+	MaxUsage    int64 `json:"max_usage_bytes"`
+	DaemonRSS   int64 `json:"daemon_rss_bytes"`
+	DaemonCache int64 `json:"daemon_cache_bytes"`
+	OOMKills    int64 `json:"oom_kills"`
+	// The breakdown of the containers' reads: their cgroup's major page faults and
+	// page cache (the page cache of their root filesystems; on Slacker each
+	// container's ext4 has its own), and for Slacker the bytes the containers' volumes
+	// served (reads through FUSE: first reads plus re-reads of evicted pages).
+	MajorFaults     int64  `json:"major_faults"`
+	ContainersCache int64  `json:"containers_page_cache_bytes"`
+	VolumeReadBytes int64  `json:"volume_read_bytes,omitempty"`
+	Error           string `json:"error,omitempty"`
 }
 
 // Results is what a run measured (hpmapper.json).
@@ -195,10 +202,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 				}
 				smp := start(ctx, o, s, pair.Ref(s, img.Name), cfg.Config, re, dev, limit)
 				smp.Run = run
-				o.Progress.Printf("run %d %-9s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d %s",
+				o.Progress.Printf("run %d %-9s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d; containers: major faults %d, page cache %s, volume reads %s %s",
 					run, s.Name(), limitName(limit), smp.Ready, o.Containers, smp.Seconds, smp.ReadyMedian, eval.HumanBytes(smp.DiskReadBytes),
 					eval.HumanBytes(smp.StoreBytes), eval.HumanBytes(smp.PageCache), eval.HumanBytes(smp.Anon), eval.HumanBytes(smp.DaemonRSS),
-					eval.HumanBytes(smp.DaemonCache), smp.OOMKills, smp.Error)
+					eval.HumanBytes(smp.DaemonCache), smp.OOMKills, smp.MajorFaults, eval.HumanBytes(smp.ContainersCache), eval.HumanBytes(smp.VolumeReadBytes), smp.Error)
 				if smp.Error != "" {
 					res.Meta.Fail("%s limit %s run %d: %s", s.Name(), limitName(limit), run, smp.Error)
 				}
@@ -339,6 +346,16 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg v1.C
 		smp.Error = err.Error()
 	}
 	smp.OOMKills = conts.OOMKills()
+	if m, err := conts.MemoryStat(); err == nil {
+		smp.MajorFaults, smp.ContainersCache = m["total_pgmajfault"], m["total_cache"]
+	}
+	for _, c := range cs {
+		if c != nil {
+			if st, ok := l.VolumeStats(ctx, c.ID); ok {
+				smp.VolumeReadBytes += st.ReadBytes
+			}
+		}
+	}
 	smp.DaemonRSS = eval.ProcRSS(pid)
 	if r, w, err := cg.IO(); err == nil {
 		smp.DiskReadBytes, smp.DiskWriteBytes = r-read0, w-write0
