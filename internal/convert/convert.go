@@ -219,6 +219,10 @@ func (o *Options) applyLayer(ctx context.Context, parent digest.Digest, l v1.Lay
 		return none, archive.Stats{}, err
 	}
 	defer un.Close()
+	dev, err := mountedFS(vol.Mountpoint)
+	if err != nil {
+		return none, archive.Stats{}, err
+	}
 	h := sha256.New()
 	// A layer cannot hold more than its filesystem: bound what it may write (and so
 	// decompression bombs) by the volume's size, its entries by one per 4 KiB.
@@ -235,6 +239,11 @@ func (o *Options) applyLayer(ctx context.Context, parent digest.Digest, l v1.Lay
 	}
 	if got := digest.NewDigestFromEncoded(digest.SHA256, hex.EncodeToString(h.Sum(nil))); got != diffID {
 		return none, stats, fmt.Errorf("layer content hashes to %s, the image config says %s: corrupt or tampered layer", got, diffID)
+	}
+	if after, err := mountedFS(vol.Mountpoint); err != nil {
+		return none, stats, fmt.Errorf("after applying the layer: %w", err)
+	} else if after != dev {
+		return none, stats, fmt.Errorf("after applying the layer, another filesystem is mounted at %s: the layer's files may have gone elsewhere", vol.Mountpoint)
 	}
 	if err := o.Node.UnmountVolume(ctx, id); err != nil {
 		return none, stats, err
