@@ -196,6 +196,32 @@ func monotonic() int64 {
 	return ts.Nano()
 }
 
+// shaper is one direction's arithmetic, as netem's rate and delay: a packet departs
+// once the link has sent what it accepted before (len*8/rate each), arrives half
+// the RTT later, and is dropped if it would wait in the queue longer than Queue.
+type shaper struct {
+	rate          int64 // bits/s; 0 is unlimited (no serialization, no queue)
+	oneWay, queue int64 // ns
+	free          int64 // when the link finishes sending what it has accepted
+}
+
+func newShaper(o LinkOptions) *shaper {
+	return &shaper{rate: o.Rate, oneWay: int64(o.RTT / 2), queue: int64(o.Queue)}
+}
+
+// admit takes an n-byte packet read at now (monotonic ns) and returns when it is
+// to be delivered, or false if it is dropped.
+func (s *shaper) admit(now int64, n int) (at int64, ok bool) {
+	s.free = max(s.free, now)
+	if s.rate > 0 {
+		if s.free-now > s.queue {
+			return 0, false
+		}
+		s.free += int64(n) * 8 * int64(time.Second) / s.rate
+	}
+	return s.free + s.oneWay, true
+}
+
 // pump moves packets from src to dst with the link's rate, delay and queue.
 func (l *Link) pump(src, dst *os.File, delivered *atomic.Int64) {
 	defer l.wg.Done()
@@ -203,8 +229,7 @@ func (l *Link) pump(src, dst *os.File, delivered *atomic.Int64) {
 	pool := sync.Pool{New: func() any { return make([]byte, l.o.MTU+64) }}
 	go func() {
 		defer close(q)
-		var free int64 // when the link finishes sending what it has accepted
-		oneWay, queue := int64(l.o.RTT/2), int64(l.o.Queue)
+		sh := newShaper(l.o)
 		for {
 			buf := pool.Get().([]byte)
 			n, err := src.Read(buf)
@@ -214,17 +239,13 @@ func (l *Link) pump(src, dst *os.File, delivered *atomic.Int64) {
 				}
 				return // closed
 			}
-			now := monotonic()
-			free = max(free, now)
-			if l.o.Rate > 0 {
-				if free-now > queue {
-					l.dropped.Add(1)
-					pool.Put(buf)
-					continue
-				}
-				free += int64(n) * 8 * int64(time.Second) / l.o.Rate
+			at, ok := sh.admit(monotonic(), n)
+			if !ok {
+				l.dropped.Add(1)
+				pool.Put(buf)
+				continue
 			}
-			q <- packet{b: buf[:n], at: free + oneWay}
+			q <- packet{b: buf[:n], at: at}
 		}
 	}()
 	// Go's timers round sub-millisecond waits up to a millisecond when the scheduler
