@@ -115,6 +115,8 @@ func (s *startup) get(ctx context.Context, snapshot digest.Digest) (*trace.Trace
 func (s *startup) replay(log interface {
 	Info(string, ...any)
 }, t *trace.Trace, start time.Time) {
+	// The trace knows what start-up reads: readahead would fetch past it.
+	s.x.v.PauseReadahead(max(0, s.window-time.Since(start)))
 	cs := t.BlockmapChunks()
 	budget := s.n.replayBudget()
 	var total int64

@@ -109,9 +109,10 @@ type Volume struct {
 	closed atomic.Bool
 
 	raMu     sync.Mutex
-	raEnd    int64 // end of the reader's stream: the furthest base read that followed the last
-	raStreak int   // consecutive base reads that followed one another
-	raAhead  int64 // end of what was last requested ahead of the stream
+	raEnd    int64        // end of the reader's stream: the furthest base read that followed the last
+	raStreak int          // consecutive base reads that followed one another
+	raAhead  int64        // end of what was last requested ahead of the stream
+	raPaused atomic.Int64 // no readahead before this time (unix ns; see PauseReadahead)
 
 	readBytes, writtenBytes, baseReadBytes, fetchedBytes, hits, misses atomic.Int64
 
@@ -132,6 +133,13 @@ func (v *Volume) RecordStartup(window time.Duration, max int) {
 	v.startMu.Lock()
 	defer v.startMu.Unlock()
 	v.startUntil, v.startMax, v.startSeen = time.Now().Add(window), max, map[digest.Digest]bool{}
+}
+
+// PauseReadahead turns sequential readahead off for d: while a start-up trace is
+// replayed, it already fetches what the reader will read, and readahead would
+// only fetch past it.
+func (v *Volume) PauseReadahead(d time.Duration) {
+	v.raPaused.Store(time.Now().Add(d).UnixNano())
 }
 
 // AddFetched counts n bytes fetched from the store on the volume's behalf (a
@@ -428,7 +436,7 @@ func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
 // out of order; a few chunks of slack keep them in sequence.
 func (v *Volume) readahead(off int64, pc blockmap.Piece) {
 	pf, ok := v.chunks.(Prefetcher)
-	if !ok {
+	if !ok || time.Now().UnixNano() < v.raPaused.Load() {
 		return
 	}
 	size := max(pc.Chunk.Size, BlockSize)
