@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -17,6 +18,7 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -294,11 +296,13 @@ func TestGCDuringConcurrentConversions(t *testing.T) {
 	}()
 	var convWG sync.WaitGroup
 	results := make([]string, 2)
+	converted := make([]string, 2) // what each conversion said, for a failure's report
 	for i, p := range []*testenv.Process{a, b} {
 		convWG.Add(1)
 		go func() {
 			defer convWG.Done()
-			out, errOut, code := p.CLI(t, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
+			out, errOut, code := p.CLI(t, "convert", "oci:"+layout+":bookworm", "debian:bookworm")
+			converted[i] = out + errOut
 			if code == 0 {
 				out, errOut, code = p.CLI(t, "push", "debian:bookworm", reg.Addr+"/slacker/debian:bookworm")
 			}
@@ -324,15 +328,78 @@ func TestGCDuringConcurrentConversions(t *testing.T) {
 	}
 	ageStore(storeDir)
 	cli(t, a, 0, "gc", "--grace", "30m")
-	for _, p := range []*testenv.Process{a, b} {
+	for i, p := range []*testenv.Process{a, b} {
 		if out := cli(t, p, 0, "check", "--read-data"); !strings.Contains(out, ": 0 problems") {
 			t.Fatalf("check: %s", out)
 		}
-		if out := cli(t, p, 0, "run", "--rm", "debian:bookworm", "--", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
-			t.Fatalf("run: %q", out)
+		out, errOut, code := p.CLI(t, "run", "--rm", "debian:bookworm", "--", "cat", "/etc/debian_version")
+		if code != 0 || !strings.HasPrefix(out, "12.") {
+			t.Errorf("slacker run --rm debian:bookworm -- cat /etc/debian_version on node %d: exit %d, want 0, stdout %q\nstderr: %s",
+				i, code, out, errOut)
+			explainImage(t, p, "debian:bookworm", converted[i], a, b)
+			t.FailNow()
 		}
 	}
 	if _, err := os.Stat(filepath.Join(storeDir, "sha256", junk.ID.Encoded()[:2], junk.ID.Encoded())); err == nil {
 		t.Fatal("the old unnamed snapshot survived the collections")
+	}
+}
+
+// explainImage logs what may tell why an image that check finds sound does not run:
+// its snapshots (the image's and its layers'), what its conversion said, what its
+// filesystem holds (/usr/bin, mounted from a fresh volume), the warnings and errors
+// of every daemon, and the kernel's recent complaints.
+func explainImage(t *testing.T, p *testenv.Process, name, converted string, all ...*testenv.Process) {
+	t.Helper()
+	t.Logf("the conversion on this node said:\n%s", converted)
+	ns, err := names.Open(filepath.Join(p.Root, "images"))
+	if err != nil {
+		t.Logf("names: %v", err)
+		return
+	}
+	e, err := ns.Get(name)
+	if err != nil {
+		t.Logf("name %s: %v", name, err)
+		return
+	}
+	t.Logf("%s: snapshot %s, layers %+v", name, e.Descriptor.Snapshot, e.Descriptor.Layers)
+	ctx := context.Background()
+	c := api.NewClient(p.Socket)
+	vol, err := c.CreateVolume(ctx, api.CreateVolumeRequest{ID: "explain", Snapshot: e.Descriptor.Snapshot, Mount: true})
+	if err != nil {
+		t.Logf("mount the image's snapshot: %v", err)
+	} else {
+		ents, err := os.ReadDir(filepath.Join(vol.Mountpoint, "usr", "bin"))
+		_, catErr := os.Stat(filepath.Join(vol.Mountpoint, "usr", "bin", "cat"))
+		top, _ := os.ReadDir(vol.Mountpoint)
+		var topNames []string
+		for _, d := range top {
+			topNames = append(topNames, d.Name())
+		}
+		t.Logf("the image's filesystem: / has %v; /usr/bin has %d entries (err %v); stat /usr/bin/cat: %v", topNames, len(ents), err, catErr)
+		if err := c.DeleteVolume(ctx, "explain"); err != nil {
+			t.Logf("delete the volume: %v", err)
+		}
+	}
+	for i, q := range all {
+		var lines []string
+		for _, l := range strings.Split(q.Log(), "\n") {
+			if strings.Contains(l, `"level":"WARN"`) || strings.Contains(l, `"level":"ERROR"`) {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("node %d's warnings and errors (%d):\n%s", i, len(lines), strings.Join(lines, "\n"))
+	}
+	if out, err := exec.Command("dmesg").CombinedOutput(); err == nil {
+		var lines []string
+		for _, l := range strings.Split(string(out), "\n") {
+			routine := strings.Contains(l, "mounted filesystem") || strings.Contains(l, "unmounting filesystem") ||
+				strings.Contains(l, "capacity change")
+			if !routine && (strings.Contains(l, "EXT4") || strings.Contains(l, "I/O error") || strings.Contains(l, "loop") ||
+				strings.Contains(l, "fuse")) {
+				lines = append(lines, l)
+			}
+		}
+		t.Logf("the kernel's last complaints:\n%s", strings.Join(lines[max(0, len(lines)-40):], "\n"))
 	}
 }
