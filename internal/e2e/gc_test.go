@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/names"
@@ -64,6 +67,7 @@ func TestGCAndCheck(t *testing.T) {
 	// Garbage: an image removed, with its container.
 	cli(t, p, 0, "run", "--name", "junk", "debian:bookworm", "--", "sh", "-c", "head -c 8000000 /dev/urandom > /junk")
 	cli(t, p, 0, "commit", "junk", "img:junk")
+	junkSnap := imageSnapshot(t, p, "img:junk")
 	cli(t, p, 0, "rm", "junk")
 	cli(t, p, 0, "rmi", "img:junk")
 	// Kept: an image removed whose container still exists.
@@ -86,6 +90,12 @@ func TestGCAndCheck(t *testing.T) {
 		t.Fatalf("gc: %s (dry run said %d; %d objects before, %d after)", out, would, before, countObjects(t, storeDir))
 	}
 	t.Logf("gc: %s", strings.TrimSpace(out))
+	// The node wrote the junk image's map and keeps it, but the store no longer
+	// has it: the snapshot is not found (a conversion cache pointing at it is
+	// then stale, not reused).
+	if _, err := api.NewClient(p.Socket).Snapshot(context.Background(), junkSnap); !errors.Is(err, api.ErrNotFound) {
+		t.Fatalf("snapshot %s of the collected image: %v, want not found", junkSnap, err)
+	}
 	if out := cli(t, p, 0, "gc", "--grace", "0"); gcDeleted(t, out) != 0 {
 		t.Fatalf("second gc: %s", out)
 	}
@@ -343,6 +353,20 @@ func TestGCDuringConcurrentConversions(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(storeDir, "sha256", junk.ID.Encoded()[:2], junk.ID.Encoded())); err == nil {
 		t.Fatal("the old unnamed snapshot survived the collections")
 	}
+}
+
+// imageSnapshot returns the snapshot of an image named on p.
+func imageSnapshot(t *testing.T, p *testenv.Process, name string) digest.Digest {
+	t.Helper()
+	ns, err := names.Open(filepath.Join(p.Root, "images"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, err := ns.Get(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e.Descriptor.Snapshot
 }
 
 // explainImage logs what may tell why an image that check finds sound does not run:
