@@ -12,7 +12,6 @@ import (
 	"strings"
 
 	"github.com/google/go-containerregistry/pkg/v1/layout"
-	"golang.org/x/sys/unix"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 )
@@ -152,11 +151,18 @@ func (t *runTree) removeUnder(p string, self bool) {
 	}
 }
 
-// materialize writes a copy of the tree into dir (which must not exist).
+// materialize writes a copy of the tree into dir (which must not exist). Every
+// path is resolved inside dir: a symbolic link of the image never leads a write
+// out of it.
 func (t *runTree) materialize(dir string) error {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		return err
 	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
 	paths := make([]string, 0, len(t.Entries))
 	for p := range t.Entries {
 		paths = append(paths, p)
@@ -164,27 +170,48 @@ func (t *runTree) materialize(dir string) error {
 	sort.Strings(paths) // parents before children
 	for _, p := range paths {
 		e := t.Entries[p]
-		target := filepath.Join(dir, filepath.FromSlash(p))
-		var err error
-		switch e.Type {
-		case tar.TypeDir:
-			if p != "" {
-				err = os.Mkdir(target, 0o700)
+		name := "."
+		if p != "" {
+			name = filepath.FromSlash(p)
+		}
+		// A layer may leave a parent directory implied: make it as unpackers do.
+		err := root.MkdirAll(filepath.Dir(name), 0o755)
+		if err == nil {
+			switch e.Type {
+			case tar.TypeDir:
+				if p != "" {
+					err = root.Mkdir(name, 0o700)
+				}
+			case tar.TypeSymlink:
+				err = root.Symlink(e.Link, name)
+			case tar.TypeReg:
+				err = root.WriteFile(name, e.Data, 0o600)
 			}
-		case tar.TypeSymlink:
-			err = os.Symlink(e.Link, target)
-		case tar.TypeReg:
-			err = os.WriteFile(target, e.Data, 0o600)
 		}
 		if err == nil {
-			err = os.Lchown(target, e.UID, e.GID)
+			err = root.Lchown(name, e.UID, e.GID)
 		}
 		if err == nil && e.Type != tar.TypeSymlink {
-			err = unix.Chmod(target, uint32(e.Mode))
+			err = root.Chmod(name, tarMode(e.Mode))
 		}
 		if err != nil {
 			return fmt.Errorf("copy the image's /run: %w", err)
 		}
 	}
 	return nil
+}
+
+// tarMode converts tar's permission bits (with setuid, setgid, sticky) to a FileMode.
+func tarMode(m int64) os.FileMode {
+	mode := os.FileMode(m & 0o777)
+	if m&0o4000 != 0 {
+		mode |= os.ModeSetuid
+	}
+	if m&0o2000 != 0 {
+		mode |= os.ModeSetgid
+	}
+	if m&0o1000 != 0 {
+		mode |= os.ModeSticky
+	}
+	return mode
 }
