@@ -33,9 +33,8 @@ func (s *syncBuf) String() string              { s.mu.Lock(); defer s.mu.Unlock(
 // period, and lets the upload go on. With its lease alive the collector deletes
 // none of its chunks; with its lease expired the collector deletes what was
 // uploaded; either way the fence makes the upload check (and upload) its chunks
-// again. In
-// both cases the map it writes names only chunks the store has, and its data
-// reads back.
+// again. In both cases the map it writes names only chunks the store has, and its
+// data reads back.
 func TestUploadStalledAcrossCollection(t *testing.T) {
 	requirePrivileged(t)
 	for _, tc := range []struct {
