@@ -329,6 +329,7 @@ start-up, and the second run's reads that the first run's cache would serve.
 func newScale(c *common) *cobra.Command {
 	var o scale.Options
 	var sizes []string
+	var maxBytes string
 	cmd := &cobra.Command{
 		Use:   "scale",
 		Short: "1 to 32 concurrent pushes and pulls of synthetic images, Slacker vs overlayfs (Fig 10, 23)",
@@ -338,12 +339,18 @@ until all complete, for containerd + overlayfs and Slacker. Slacker's images are
 converted once beforehand (timed apart). Needs root; disk: the images (count x size,
 kept in --images) plus about three copies of the largest trial under --work.`,
 		Example: `  slacker bench eval scale
-  slacker bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --counts 1,2,4,8 --runs 3`,
+  slacker bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --counts 1,2,4,8 --runs 3
+  slacker bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --max-bytes 4GiB   # 1 GiB images only 1, 2, 4 at once`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
 			if o.Sizes, err = sizesFlag(sizes); err != nil {
 				return err
+			}
+			if maxBytes != "" {
+				if o.MaxBytes, err = units.ParseBytes(maxBytes); err != nil {
+					return err
+				}
 			}
 			if o.Binaries, err = c.bins(); err != nil {
 				return err
@@ -357,6 +364,7 @@ kept in --images) plus about three copies of the largest trial under --work.`,
 	f := cmd.Flags()
 	f.StringSliceVar(&sizes, "sizes", []string{"1MiB", "10MiB", "100MiB"}, "image sizes")
 	f.IntSliceVar(&o.Counts, "counts", []int{1, 2, 4, 8, 16, 32}, "numbers of images at once")
+	f.StringVar(&maxBytes, "max-bytes", "", "skip trials moving more than this at once (count x size), e.g. 4GiB (empty: none)")
 	return cmd
 }
 

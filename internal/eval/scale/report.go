@@ -33,8 +33,9 @@ func (r *Results) Section() eval.Section {
 			for _, sys := range []string{"overlayfs", "slacker"} {
 				s := plot.Series{Name: fmt.Sprintf("%s %s", sys, plot.Bytes(float64(size))), Color: plot.Palette[(i+2)%len(plot.Palette)], Points: true, Dash: sys == "slacker"}
 				for _, n := range r.Counts {
-					s.X = append(s.X, float64(n))
-					s.Y = append(s.Y, r.Summary(sys, op, size, n).Median)
+					if m := r.Summary(sys, op, size, n).Median; !math.IsNaN(m) {
+						s.X, s.Y = append(s.X, float64(n)), append(s.Y, m)
+					}
 				}
 				lc.Series = append(lc.Series, s)
 			}
@@ -45,6 +46,9 @@ func (r *Results) Section() eval.Section {
 	tbl := eval.Table{Title: "Time until all complete (median, seconds)", Header: []string{"images", "size", "push: overlayfs", "slacker", "ratio", "pull: overlayfs", "slacker", "ratio"}}
 	for _, size := range r.Sizes {
 		for _, n := range r.Counts {
+			if !r.has(size, n) {
+				continue
+			}
 			row := []string{fmt.Sprint(n), eval.HumanBytes(size)}
 			for _, op := range []string{"push", "pull"} {
 				o, s := r.Summary("overlayfs", op, size, n).Median, r.Summary("slacker", op, size, n).Median
@@ -63,10 +67,13 @@ func (r *Results) Section() eval.Section {
 		}
 		conv = append(conv, fmt.Sprintf("%s %.2f s", eval.HumanBytes(size), stat.Median(v)))
 	}
-	tbl.Note = "Not in Slacker's push: converting an OCI image into a Slacker image once (clone, apply the layer, snapshot into the store), median per image: " + fmt.Sprint(conv) + "."
+	if r.MaxBytes > 0 {
+		tbl.Note = fmt.Sprintf("Trials moving more than %s at once (count x size) were not run. ", eval.HumanBytes(r.MaxBytes))
+	}
+	tbl.Note += "Not in Slacker's push: converting an OCI image into a Slacker image once (clone, apply the layer, snapshot into the store), median per image: " + fmt.Sprint(conv) + "."
 	sec.Tables = append(sec.Tables, tbl)
-	if len(r.Sizes) > 0 && len(r.Counts) > 0 {
-		size, n := r.Sizes[len(r.Sizes)-1], r.Counts[len(r.Counts)-1]
+	for _, p := range r.headlinePoints() {
+		size, n := p.size, p.n
 		for _, op := range []string{"push", "pull"} {
 			o, s := r.Summary("overlayfs", op, size, n).Median, r.Summary("slacker", op, size, n).Median
 			sec.Headlines = append(sec.Headlines, eval.Headline{Name: fmt.Sprintf("%d concurrent %ss of %s images, overlayfs vs Slacker", n, op, eval.HumanBytes(size)),
@@ -89,4 +96,47 @@ func ratio(a, b float64) string {
 		return "-"
 	}
 	return plot.Times(v)
+}
+
+// has says whether any sample is of n images of size.
+func (r *Results) has(size int64, n int) bool {
+	for _, s := range r.Samples {
+		if s.Size == size && s.Count == n {
+			return true
+		}
+	}
+	return false
+}
+
+type point struct {
+	size int64
+	n    int
+}
+
+// headlinePoints are the most images at once of the largest size that has them,
+// and the largest size's most images at once when that is another point.
+func (r *Results) headlinePoints() []point {
+	var out []point
+	if len(r.Counts) == 0 {
+		return nil
+	}
+	maxN := r.Counts[len(r.Counts)-1]
+	for i := len(r.Sizes) - 1; i >= 0; i-- {
+		if r.has(r.Sizes[i], maxN) {
+			out = append(out, point{r.Sizes[i], maxN})
+			break
+		}
+	}
+	if len(r.Sizes) > 0 {
+		big := r.Sizes[len(r.Sizes)-1]
+		for j := len(r.Counts) - 1; j >= 0; j-- {
+			if r.has(big, r.Counts[j]) {
+				if len(out) == 0 || out[0] != (point{big, r.Counts[j]}) {
+					out = append(out, point{big, r.Counts[j]})
+				}
+				break
+			}
+		}
+	}
+	return out
 }

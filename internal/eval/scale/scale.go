@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -30,11 +31,14 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Dir        string // work directory; emptied first
-	ImagesDir  string // the evaluation's OCI layout
-	Binaries   eval.Binaries
-	Sizes      []int64
-	Counts     []int
+	Dir       string // work directory; emptied first
+	ImagesDir string // the evaluation's OCI layout
+	Binaries  eval.Binaries
+	Sizes     []int64
+	Counts    []int
+	// MaxBytes, if set, skips the trials that would move more than this (count x
+	// size) at once.
+	MaxBytes   int64
 	Runs       int
 	Seed       uint64
 	DaemonArgs []string
@@ -63,6 +67,7 @@ type Results struct {
 	Meta         *eval.Meta `json:"meta"`
 	Sizes        []int64    `json:"sizes"`
 	Counts       []int      `json:"counts"`
+	MaxBytes     int64      `json:"max_bytes,omitempty"`
 	Runs         int        `json:"runs"`
 	SlackerdArgs []string   `json:"slackerd_args,omitempty"`
 	Convert      []Convert  `json:"convert"`
@@ -84,11 +89,17 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		maxN = max(maxN, n)
 	}
-	res := &Results{Meta: eval.NewMeta("scale"), Sizes: o.Sizes, Counts: o.Counts, Runs: o.Runs, SlackerdArgs: o.DaemonArgs}
+	res := &Results{Meta: eval.NewMeta("scale"), Sizes: o.Sizes, Counts: o.Counts, MaxBytes: o.MaxBytes, Runs: o.Runs, SlackerdArgs: o.DaemonArgs}
 	imgs := map[int64][]system.Image{}
 	for _, size := range o.Sizes {
-		o.Progress.Printf("synthetic images: %d of %s", maxN, eval.HumanBytes(size))
-		for i := 0; i < maxN; i++ {
+		n := 0
+		for _, c := range o.Counts {
+			if o.within(c, size) {
+				n = max(n, c)
+			}
+		}
+		o.Progress.Printf("synthetic images: %d of %s", n, eval.HumanBytes(size))
+		for i := 0; i < n; i++ {
 			spec := corpus.SynthSpec{Files: 1, Size: size, Layers: 1, Seed: uint64(1000 + i)}
 			img, err := eval.SynthImage(ctx, o.ImagesDir, spec)
 			if err != nil {
@@ -119,6 +130,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	for run := 1; run <= o.Runs; run++ {
 		for _, size := range o.Sizes {
 			for _, n := range o.Counts {
+				if !o.within(n, size) {
+					continue
+				}
 				if ctx.Err() != nil {
 					res.Meta.Done()
 					return res, ctx.Err()
@@ -140,6 +154,11 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	return res, ctx.Err()
 }
 
+// within says whether a trial of n images of size bytes is within MaxBytes.
+func (o Options) within(n int, size int64) bool {
+	return o.MaxBytes <= 0 || int64(n)*size <= o.MaxBytes
+}
+
 // runTrial pushes imgs at once with each system to a fresh registry, then pulls them
 // at once on a cold node.
 func runTrial(ctx context.Context, o Options, pair *eval.Pair, imgs []system.Image, regDir string, rng *rand.Rand) ([]Sample, error) {
@@ -149,6 +168,7 @@ func runTrial(ctx context.Context, o Options, pair *eval.Pair, imgs []system.Ima
 	}
 	defer func() {
 		reg.Stop()
+		os.RemoveAll(regDir) // bounded disk: a trial's uploads are not needed after it
 	}()
 	var out []Sample
 	var errs []error

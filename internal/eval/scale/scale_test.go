@@ -54,3 +54,41 @@ func TestSection(t *testing.T) {
 		t.Fatalf("headlines %v", sec.Headlines)
 	}
 }
+
+func TestMaxBytes(t *testing.T) {
+	const gib = 1 << 30
+	o := Options{MaxBytes: 4 * gib}
+	for _, c := range []struct {
+		n    int
+		size int64
+		want bool
+	}{{32, 100 << 20, true}, {4, gib, true}, {8, gib, false}, {1, 5 * gib, false}} {
+		if got := o.within(c.n, c.size); got != c.want {
+			t.Errorf("within(%d, %d) = %v", c.n, c.size, got)
+		}
+	}
+	if !(Options{}).within(1000, 1000*gib) {
+		t.Error("no limit: everything is within")
+	}
+	// 1 GiB images only up to 4 at once: rows and headlines of the points run.
+	r := &Results{Meta: eval.NewMeta("scale"), Sizes: []int64{100 << 20, gib}, Counts: []int{1, 4, 32}, MaxBytes: 4 * gib, Runs: 1}
+	for _, size := range r.Sizes {
+		for _, n := range r.Counts {
+			if o.within(n, size) {
+				r.Samples = append(r.Samples, Sample{System: "overlayfs", Op: "pull", Size: size, Count: n, Seconds: 1},
+					Sample{System: "slacker", Op: "pull", Size: size, Count: n, Seconds: 0.5})
+			}
+		}
+	}
+	sec := r.Section()
+	if rows := len(sec.Tables[0].Rows); rows != 5 {
+		t.Fatalf("%d rows, want 5", rows)
+	}
+	got := r.headlinePoints()
+	if len(got) != 2 || got[0] != (point{100 << 20, 32}) || got[1] != (point{gib, 4}) {
+		t.Fatalf("headline points %v", got)
+	}
+	if len(sec.Headlines) != 4 {
+		t.Fatalf("%d headlines", len(sec.Headlines))
+	}
+}
