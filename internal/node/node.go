@@ -520,24 +520,47 @@ func (n *Node) UnmountVolume(ctx context.Context, id string) error {
 }
 
 // flushLocked writes a mounted read-write volume's filesystem whole to the volume
-// (FIFREEZE, then FITHAW: dirty data written, the journal checkpointed) before an
-// unmount whose volume is kept. Unmounting alone does not ensure it: a mount
-// namespace made while the volume was mounted (a container starting, any unshare)
-// holds its own copy of the mount, and while anything there keeps that copy busy,
-// unmounting ours returns without shutting the filesystem down, its writes still
-// unwritten, for as long as the copy lives (a lazy unmount after EBUSY does the
-// same). A snapshot taken then silently misses them, every chunk sound: a converted
-// image without its files.
+// before an unmount whose volume is kept, and fails if the filesystem lost writes.
+// Unmounting alone ensures neither. A mount namespace made while the volume was
+// mounted (a container starting, any unshare) holds its own copy of the mount, and
+// while anything there keeps that copy busy, unmounting ours returns without
+// shutting the filesystem down, its writes still unwritten, for as long as the copy
+// lives (a lazy unmount after EBUSY does the same); and a write the kernel fails to
+// write back when the filesystem is shut down (the volume's delta could not be
+// written: its disk is full) is only logged by the kernel. Either way a snapshot
+// taken then silently misses writes, every chunk sound: a converted image without
+// its files. syncfs writes everything back and reports a writeback error since the
+// mount that nobody has seen (the kernel keeps one per filesystem); FIFREEZE then
+// FITHAW checkpoint the journal; a filesystem that went read-only after errors is
+// an error too.
 func (n *Node) flushLocked(x *vol) error {
 	if x.mnt == "" || x.rec.ReadOnly {
 		return nil
 	}
-	thaw, err := mount.Freeze(x.mnt)
-	if err != nil {
+	fail := func(err error) error {
 		return fmt.Errorf("unmount volume %s: flush its filesystem: %w", x.rec.ID, err)
 	}
+	f, err := os.Open(x.mnt)
+	if err != nil {
+		return fail(err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fail(fmt.Errorf("writes to it were lost: %w", err))
+	}
+	thaw, err := mount.Freeze(x.mnt)
+	if err != nil {
+		return fail(err)
+	}
 	if err := thaw(); err != nil {
-		return fmt.Errorf("unmount volume %s: flush its filesystem: %w", x.rec.ID, err)
+		return fail(err)
+	}
+	var st unix.Statfs_t
+	if err := unix.Fstatfs(int(f.Fd()), &st); err != nil {
+		return fail(err)
+	}
+	if st.Flags&unix.ST_RDONLY != 0 {
+		return fail(errors.New("it turned read-only after errors (see the kernel log)"))
 	}
 	return nil
 }

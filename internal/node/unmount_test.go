@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
@@ -113,4 +115,56 @@ func TestUnmountWhileAnotherNamespaceHoldsTheMount(t *testing.T) {
 	}
 	holder.Process.Kill()
 	holder.Wait()
+}
+
+// TestUnmountReportsLostWrites fills the disk under a volume's delta while its
+// filesystem holds unwritten data: the kernel cannot write it back, which an
+// unmount alone would only log (and a snapshot then silently miss). UnmountVolume
+// fails, saying writes were lost, and the volume can still be deleted.
+func TestUnmountReportsLostWrites(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	small := filepath.Join(dir, "small")
+	if err := os.MkdirAll(small, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", small, "tmpfs", 0, "size=48m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(small, unix.MNT_DETACH) }) // after the node closes
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(ctx, Config{Root: filepath.Join(small, "node"), Store: st, CacheNoDisk: true, DefaultSize: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(ctx) })
+	blank, err := n.MakeFilesystem(ctx, 512<<20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "full", Snapshot: blank.ID}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, "full", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, 96<<20)
+	rand.Read(b)
+	// The filesystem has room: the write succeeds into the page cache.
+	if err := os.WriteFile(filepath.Join(v.Mountpoint, "big"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	err = n.UnmountVolume(ctx, "full")
+	if err == nil || !strings.Contains(err.Error(), "flush its filesystem") {
+		t.Fatalf("unmount of a volume whose writes could not be stored: %v, want an error", err)
+	}
+	t.Logf("unmount: %v", err)
+	if err := n.DeleteVolume(ctx, "full"); err != nil {
+		t.Fatal(err)
+	}
 }
