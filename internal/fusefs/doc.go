@@ -6,7 +6,8 @@
 // device) map straight onto the volume. Files are opened with FOPEN_DIRECT_IO and
 // parallel direct writes, so the kernel keeps no second page cache of a volume (the
 // guest filesystem has its own, the node chunk cache has the shared one) and does not
-// serialize writes. Errors are translated once, here: an interrupted request gives
+// serialize writes; async direct I/O lets a loop device keep many requests in flight
+// (without it the loop device waits for each answer: queue depth 1). Errors are translated once, here: an interrupted request gives
 // EINTR, a write past the end ENOSPC, anything else EIO with one log line naming the
 // volume and offset.
 //

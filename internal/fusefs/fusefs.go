@@ -77,9 +77,13 @@ func Mount(mountpoint string, opts Options) (*FS, error) {
 			MaxWrite:      opts.MaxRequest,
 			MaxReadAhead:  opts.MaxRequest,
 			MaxBackground: 64,
-			DisableXAttrs: true,
-			DisableSplice: true, // reads answer from memory buffers; splice only helps fd-backed results
-			Debug:         opts.Debug,
+			// Async direct I/O: a loop device's direct reads and writes return at once
+			// and complete when the answer comes. Without it each one blocks the loop
+			// device's worker until answered: queue depth 1 whatever the guest submits.
+			ExtraCapabilities: fuse.CAP_ASYNC_DIO,
+			DisableXAttrs:     true,
+			DisableSplice:     true, // reads answer from memory buffers; splice only helps fd-backed results
+			Debug:             opts.Debug,
 		},
 	})
 	if err != nil {

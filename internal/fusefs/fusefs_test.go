@@ -6,10 +6,14 @@ import (
 	"crypto/rand"
 	"errors"
 	"log/slog"
+	mrand "math/rand/v2"
 	"os"
 	"path/filepath"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
@@ -177,4 +181,140 @@ func waitDetached(t *testing.T, file string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	t.Errorf("loop device still attached to %s", file)
+}
+
+// TestConcurrentDirectIOThroughLoop submits many O_DIRECT 4 KiB writes and reads at
+// once to a loop device (direct I/O) on a clone of a snapshot: with async direct I/O
+// the loop device passes them to the volume concurrently, including copy-on-write
+// of neighbouring blocks of one chunk. Every block must read back as written last,
+// through the loop device and from the volume itself.
+func TestConcurrentDirectIOThroughLoop(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/dev/fuse")
+	testutil.RequireFile(t, "/dev/loop-control")
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := cache.Open(cache.Options{Dir: filepath.Join(dir, "cache"), MaxBytes: 64 << 20}, fetch.New(st, fetch.Options{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
+		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fsys.Unmount(); err != nil {
+			t.Error(err)
+		}
+	})
+	os.Mkdir(filepath.Join(dir, "vols"), 0o700)
+	const size, blocks = 8 << 20, 8 << 20 / 4096
+
+	// A base snapshot of random data, written straight into a volume.
+	want := make([]byte, size)
+	rand.Read(want)
+	base, err := volume.Create(filepath.Join(dir, "vols", "base"), "", nil, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := base.WriteAt(ctx, want, 0); err != nil {
+		t.Fatal(err)
+	}
+	snap, err := base.Snapshot(ctx, st, volume.SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := volume.Create(filepath.Join(dir, "vols", "clone"), snap.ID, snap.Map, size, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	file, err := fsys.Add("clone", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	loop, err := mount.AttachLoop(file, mount.LoopOptions{DirectIO: true, Autoclear: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev, err := os.OpenFile(loop.Path, os.O_RDWR|syscall.O_DIRECT, 0)
+	loop.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		dev.Close()
+		waitDetached(t, file)
+		fsys.Remove("clone")
+	})
+
+	// 32 writers, each owning the blocks b with b%32 == w (so neighbours in a chunk
+	// belong to different writers), writing each of its blocks twice in random
+	// order, while 32 readers read random blocks.
+	const writers = 32
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*writers)
+	for w := 0; w < writers; w++ {
+		wg.Add(2)
+		go func() {
+			defer wg.Done()
+			buf := aligned(4096)
+			var mine []int
+			for b := w; b < blocks; b += writers {
+				mine = append(mine, b, b)
+			}
+			mrand.Shuffle(len(mine), func(i, j int) { mine[i], mine[j] = mine[j], mine[i] })
+			for _, b := range mine {
+				rand.Read(buf)
+				if _, err := dev.WriteAt(buf, int64(b)*4096); err != nil {
+					errs <- err
+					return
+				}
+				copy(want[b*4096:], buf) // only this writer touches block b
+			}
+		}()
+		go func() {
+			defer wg.Done()
+			buf := aligned(4096)
+			for i := 0; i < 200; i++ {
+				if _, err := dev.ReadAt(buf, int64(mrand.IntN(blocks))*4096); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	got := aligned(size)
+	if _, err := dev.ReadAt(got, 0); err != nil {
+		t.Fatal(err)
+	}
+	direct := make([]byte, size)
+	if _, err := v.ReadAt(ctx, direct, 0); err != nil {
+		t.Fatal(err)
+	}
+	for b := 0; b < blocks; b++ {
+		w := want[b*4096 : (b+1)*4096]
+		if !bytes.Equal(got[b*4096:(b+1)*4096], w) || !bytes.Equal(direct[b*4096:(b+1)*4096], w) {
+			t.Fatalf("block %d differs from its last write", b)
+		}
+	}
+}
+
+// aligned returns n bytes aligned to 4 KiB (O_DIRECT buffers).
+func aligned(n int) []byte {
+	b := make([]byte, n+4096)
+	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
+	return b[off : off+n]
 }
