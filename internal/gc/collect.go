@@ -18,6 +18,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/trace"
 )
 
 // ErrBusy: another collection holds the store.
@@ -99,6 +100,7 @@ type collector struct {
 	maps    map[digest.Digest]bool // snapshots already walked
 	leased  map[digest.Digest]bool // chunks of uploads in progress
 	missing map[digest.Digest]string
+	deleted map[digest.Digest]bool
 	rep     *Report
 
 	owner    string
@@ -197,7 +199,37 @@ func (c *collector) run(ctx context.Context) error {
 		c.rep.Missing = append(c.rep.Missing, Missing{Object: d, From: from})
 	}
 	sort.Slice(c.rep.Missing, func(i, j int) bool { return c.rep.Missing[i].Object < c.rep.Missing[j].Object })
-	return c.sweep(ctx, cands)
+	if err := c.sweep(ctx, cands); err != nil {
+		return err
+	}
+	return c.sweepTraces(ctx)
+}
+
+// sweepTraces removes the start-up traces (package trace) of the snapshots this
+// collection deleted. A trace is only a hint, so one left behind by a failure here
+// costs nothing but its record.
+func (c *collector) sweepTraces(ctx context.Context) error {
+	if c.o.DryRun || len(c.deleted) == 0 {
+		return nil
+	}
+	r := c.refs
+	var gone []string
+	err := r.ListRefs(ctx, trace.RefPrefix, func(name string) error {
+		if d, ok := trace.SnapshotOf(name); ok && c.deleted[d] {
+			gone = append(gone, name)
+		}
+		return nil
+	})
+	if err != nil {
+		c.log.Warn("gc-traces-not-swept", "err", err)
+		return nil
+	}
+	for _, name := range gone {
+		if err := r.DeleteRef(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+			c.log.Warn("gc-trace-not-deleted", "record", name, "err", err)
+		}
+	}
+	return nil
 }
 
 func (c *collector) young(i store.Info) bool {
@@ -377,6 +409,10 @@ func (c *collector) sweep(ctx context.Context, cands []digest.Digest) error {
 			}
 			c.rep.Deleted++
 			c.rep.DeletedBytes += size
+			if c.deleted == nil {
+				c.deleted = map[digest.Digest]bool{}
+			}
+			c.deleted[d] = true
 		}
 		c.log.Debug("gc-batch", "deleted", c.rep.Deleted, "left", len(cands))
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/trace"
 )
 
 type fixture struct {
@@ -108,6 +109,14 @@ func TestCollect(t *testing.T) {
 	keep := []digest.Digest{A, a1.Digest, shared.Digest, C, c1.Digest, D, d1.Digest, upload.Digest, young.Digest}
 	gone := []digest.Digest{B, b1.Digest, E, e1.Digest, orphan.Digest}
 
+	// Start-up traces: B's goes with B; A's stays; a trace of a snapshot that is
+	// not in the store (not yet written, or never) stays too.
+	for _, d := range []digest.Digest{A, B, absent} {
+		if err := f.st.PutRef(ctx, trace.RefName(d), []byte("{}")); err != nil {
+			t.Fatal(err)
+		}
+	}
+
 	dry := o
 	dry.DryRun = true
 	rep, err := Collect(ctx, f.st, dry)
@@ -133,6 +142,11 @@ func TestCollect(t *testing.T) {
 	for _, d := range keep {
 		if !f.has(d) {
 			t.Errorf("live object %s was deleted", d)
+		}
+	}
+	for d, want := range map[digest.Digest]bool{A: true, B: false, absent: true} {
+		if _, err := f.st.GetRef(ctx, trace.RefName(d)); (err == nil) != want {
+			t.Errorf("trace of %s: kept %v, want %v", d, err == nil, want)
 		}
 	}
 	for _, d := range gone {

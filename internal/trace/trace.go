@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -43,9 +44,29 @@ type Chunk struct {
 	Size   int64         `json:"size"`
 }
 
+// RefPrefix starts the name of every trace record.
+const RefPrefix = "traces/"
+
 // RefName is the name of the store record holding snapshot's trace.
 func RefName(snapshot digest.Digest) string {
-	return "traces/" + snapshot.Algorithm().String() + "-" + snapshot.Encoded()
+	return RefPrefix + snapshot.Algorithm().String() + "-" + snapshot.Encoded()
+}
+
+// SnapshotOf returns the snapshot whose trace a record named name holds.
+func SnapshotOf(name string) (digest.Digest, bool) {
+	rest, ok := strings.CutPrefix(name, RefPrefix)
+	if !ok {
+		return "", false
+	}
+	alg, hex, ok := strings.Cut(rest, "-")
+	if !ok {
+		return "", false
+	}
+	d := digest.NewDigestFromEncoded(digest.Algorithm(alg), hex)
+	if d.Validate() != nil {
+		return "", false
+	}
+	return d, true
 }
 
 // New makes a trace of chunks (in first-read order; later duplicates are dropped,

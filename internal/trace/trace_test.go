@@ -56,6 +56,14 @@ func TestRefName(t *testing.T) {
 	if got, want := RefName(snap), "traces/sha256-"+snap.Encoded(); got != want {
 		t.Fatalf("%s, want %s", got, want)
 	}
+	if d, ok := SnapshotOf(RefName(snap)); !ok || d != snap {
+		t.Fatalf("SnapshotOf(RefName) = %s %v", d, ok)
+	}
+	for _, bad := range []string{"leases/x", "traces/sha256", "traces/sha256-zz", "traces/md5-" + snap.Encoded()} {
+		if _, ok := SnapshotOf(bad); ok {
+			t.Errorf("SnapshotOf(%q) accepted", bad)
+		}
+	}
 }
 
 func TestDecodeRejects(t *testing.T) {
