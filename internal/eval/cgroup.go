@@ -216,3 +216,49 @@ func ProcRSS(pid int) int64 {
 	}
 	return 0
 }
+
+// ProcCPU is the CPU time (user + system) process pid has used, 0 if unknown.
+func ProcCPU(pid int) time.Duration {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	return parseStatCPU(string(b))
+}
+
+// clockTicks is USER_HZ, the unit of /proc/PID/stat's times (100 on Linux).
+const clockTicks = 100
+
+// parseStatCPU reads utime and stime (fields 14 and 15) of a /proc/PID/stat line;
+// the command (field 2) may hold spaces and parentheses, so fields count from the
+// last ')'.
+func parseStatCPU(stat string) time.Duration {
+	i := strings.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(stat[i+1:]) // f[0] is field 3 (state)
+	if len(f) < 13 {
+		return 0
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	s, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0
+	}
+	return time.Duration(u+s) * time.Second / clockTicks
+}
+
+// CPUUsage is the CPU time the cgroup and its descendants used (cpuacct.usage),
+// 0 where the cpuacct hierarchy has no such cgroup.
+func (c Cgroup) CPUUsage() time.Duration {
+	b, err := os.ReadFile(filepath.Join(c.dir("cpuacct"), "cpuacct.usage"))
+	if err != nil {
+		return 0
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0
+	}
+	return time.Duration(n)
+}

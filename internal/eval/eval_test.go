@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 )
 
 func TestParseIOServiceLine(t *testing.T) {
@@ -80,5 +81,36 @@ func TestSizeTagAndRSS(t *testing.T) {
 	}
 	if DeviceOf("/proc/self") == "" {
 		t.Fatal("no device for /proc")
+	}
+}
+
+func TestCPUTimes(t *testing.T) {
+	for _, c := range []struct {
+		stat string
+		want time.Duration
+	}{
+		{"42 (slackerd) S 1 42 42 0 -1 4194560 100 0 0 0 250 130 0 0 20 0 12 0 100 0 0", 3800 * time.Millisecond},
+		{"7 (a) b (c)) R 1 7 7 0 -1 0 0 0 0 0 1 2 0 0", 30 * time.Millisecond},
+		{"garbage", 0},
+		{"9 (x) S 1", 0},
+	} {
+		if got := parseStatCPU(c.stat); got != c.want {
+			t.Errorf("parseStatCPU(%q) = %v, want %v", c.stat, got, c.want)
+		}
+	}
+	if ProcCPU(os.Getpid()) < 0 || ProcCPU(-1) != 0 {
+		t.Fatal("ProcCPU")
+	}
+	root := t.TempDir()
+	old := CgroupRoot
+	CgroupRoot = root
+	t.Cleanup(func() { CgroupRoot = old })
+	os.MkdirAll(filepath.Join(root, "cpuacct", "eval"), 0o755)
+	os.WriteFile(filepath.Join(root, "cpuacct", "eval", "cpuacct.usage"), []byte("1500000000\n"), 0o644)
+	if got := Cgroup("/eval").CPUUsage(); got != 1500*time.Millisecond {
+		t.Fatalf("cpu usage %v", got)
+	}
+	if Cgroup("/none").CPUUsage() != 0 {
+		t.Fatal("missing cgroup")
 	}
 }

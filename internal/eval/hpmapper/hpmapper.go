@@ -93,10 +93,15 @@ type Sample struct {
 	// page cache (the page cache of their root filesystems; on Slacker each
 	// container's ext4 has its own), and for Slacker the bytes the containers' volumes
 	// served (reads through FUSE: first reads plus re-reads of evicted pages).
-	MajorFaults     int64  `json:"major_faults"`
-	ContainersCache int64  `json:"containers_page_cache_bytes"`
-	VolumeReadBytes int64  `json:"volume_read_bytes,omitempty"`
-	Error           string `json:"error,omitempty"`
+	MajorFaults     int64 `json:"major_faults"`
+	ContainersCache int64 `json:"containers_page_cache_bytes"`
+	VolumeReadBytes int64 `json:"volume_read_bytes,omitempty"`
+	// CPU time while starting: the daemon's (slackerd serves FUSE; containerd) and
+	// the containers' cgroup's (their processes, with the page faults and filesystem
+	// reads done in their context). Kernel workers (loop) are in neither.
+	DaemonCPU     float64 `json:"daemon_cpu_s"`
+	ContainersCPU float64 `json:"containers_cpu_s"`
+	Error         string  `json:"error,omitempty"`
 }
 
 // Results is what a run measured (hpmapper.json).
@@ -202,10 +207,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 				}
 				smp := start(ctx, o, s, pair.Ref(s, img.Name), cfg.Config, re, dev, limit)
 				smp.Run = run
-				o.Progress.Printf("run %d %-9s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d; containers: major faults %d, page cache %s, volume reads %s %s",
+				o.Progress.Printf("run %d %-9s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d; containers: major faults %d, page cache %s, volume reads %s; cpu: daemon %.1fs, containers %.1fs %s",
 					run, s.Name(), limitName(limit), smp.Ready, o.Containers, smp.Seconds, smp.ReadyMedian, eval.HumanBytes(smp.DiskReadBytes),
 					eval.HumanBytes(smp.StoreBytes), eval.HumanBytes(smp.PageCache), eval.HumanBytes(smp.Anon), eval.HumanBytes(smp.DaemonRSS),
-					eval.HumanBytes(smp.DaemonCache), smp.OOMKills, smp.MajorFaults, eval.HumanBytes(smp.ContainersCache), eval.HumanBytes(smp.VolumeReadBytes), smp.Error)
+					eval.HumanBytes(smp.DaemonCache), smp.OOMKills, smp.MajorFaults, eval.HumanBytes(smp.ContainersCache), eval.HumanBytes(smp.VolumeReadBytes), smp.DaemonCPU, smp.ContainersCPU, smp.Error)
 				if smp.Error != "" {
 					res.Meta.Fail("%s limit %s run %d: %s", s.Name(), limitName(limit), run, smp.Error)
 				}
@@ -286,6 +291,7 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg v1.C
 		return fail(err)
 	}
 	fetched0 := fetched(ctx, s)
+	cpu0 := eval.ProcCPU(pid)
 
 	ids := make([]string, o.Containers)
 	for i := range ids {
@@ -346,6 +352,7 @@ func start(ctx context.Context, o Options, s system.System, ref string, cfg v1.C
 		smp.Error = err.Error()
 	}
 	smp.OOMKills = conts.OOMKills()
+	smp.DaemonCPU, smp.ContainersCPU = (eval.ProcCPU(pid) - cpu0).Seconds(), conts.CPUUsage().Seconds()
 	if m, err := conts.MemoryStat(); err == nil {
 		smp.MajorFaults, smp.ContainersCache = m["total_pgmajfault"], m["total_cache"]
 	}

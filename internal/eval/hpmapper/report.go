@@ -106,7 +106,7 @@ func (r *Results) Section() eval.Section {
 		r.Image, eval.HumanBytes(r.ImageBytes), r.Args, r.Ready, r.Containers, r.Parallel)
 	sec.Tables = append(sec.Tables, tbl)
 	if r.hasBreakdown() {
-		bt := eval.Table{Title: "Where the containers' reads go (medians)", Header: []string{"system", "containers' memory limit", "major page faults", "containers' page cache", "read through FUSE from the volumes"}}
+		bt := eval.Table{Title: "Where the containers' reads go (medians)", Header: []string{"system", "containers' memory limit", "major page faults", "containers' page cache", "read through FUSE from the volumes", "CPU s: daemon", "containers"}}
 		for _, k := range keys {
 			med := func(f func(Sample) float64) float64 { return r.Median(k.sys, k.limit, f) }
 			vr := "-"
@@ -114,7 +114,8 @@ func (r *Results) Section() eval.Section {
 				vr = byts(med(func(s Sample) float64 { return float64(s.VolumeReadBytes) }))
 			}
 			bt.Rows = append(bt.Rows, []string{k.sys, limitName(k.limit), fmt.Sprintf("%.0f", med(func(s Sample) float64 { return float64(s.MajorFaults) })),
-				byts(med(func(s Sample) float64 { return float64(s.ContainersCache) })), vr})
+				byts(med(func(s Sample) float64 { return float64(s.ContainersCache) })), vr,
+				secs(med(func(s Sample) float64 { return s.DaemonCPU })), secs(med(func(s Sample) float64 { return s.ContainersCPU }))})
 		}
 		bt.Note = "Page faults and page cache of the containers' cgroup. overlayfs shares one page cache of the image's files among all containers; " +
 			"each Slacker container has its own ext4 on its own clone, so each caches its own copy of what it reads, and under a memory limit the pages evicted are read again through loop, FUSE and slackerd."
