@@ -106,16 +106,23 @@ func (r *Results) Section() eval.Section {
 		r.Image, eval.HumanBytes(r.ImageBytes), r.Args, r.Ready, r.Containers, r.Parallel)
 	sec.Tables = append(sec.Tables, tbl)
 	if r.hasBreakdown() {
-		bt := eval.Table{Title: "Where the containers' reads go (medians)", Header: []string{"system", "containers' memory limit", "major page faults", "containers' page cache", "read through FUSE from the volumes", "CPU s: daemon", "containers"}}
+		bt := eval.Table{Title: "Where the containers' reads go (medians)", Header: []string{"system", "containers' memory limit", "major page faults", "containers' page cache", "read through FUSE from the volumes"}}
+		cpu := r.hasCPU()
+		if cpu {
+			bt.Header = append(bt.Header, "CPU s: daemon", "containers")
+		}
 		for _, k := range keys {
 			med := func(f func(Sample) float64) float64 { return r.Median(k.sys, k.limit, f) }
 			vr := "-"
 			if k.sys == "slacker" {
 				vr = byts(med(func(s Sample) float64 { return float64(s.VolumeReadBytes) }))
 			}
-			bt.Rows = append(bt.Rows, []string{k.sys, limitName(k.limit), fmt.Sprintf("%.0f", med(func(s Sample) float64 { return float64(s.MajorFaults) })),
-				byts(med(func(s Sample) float64 { return float64(s.ContainersCache) })), vr,
-				secs(med(func(s Sample) float64 { return s.DaemonCPU })), secs(med(func(s Sample) float64 { return s.ContainersCPU }))})
+			row := []string{k.sys, limitName(k.limit), fmt.Sprintf("%.0f", med(func(s Sample) float64 { return float64(s.MajorFaults) })),
+				byts(med(func(s Sample) float64 { return float64(s.ContainersCache) })), vr}
+			if cpu {
+				row = append(row, secs(med(func(s Sample) float64 { return s.DaemonCPU })), secs(med(func(s Sample) float64 { return s.ContainersCPU })))
+			}
+			bt.Rows = append(bt.Rows, row)
 		}
 		bt.Note = "Page faults and page cache of the containers' cgroup. overlayfs shares one page cache of the image's files among all containers; " +
 			"each Slacker container has its own ext4 on its own clone, so each caches its own copy of what it reads, and under a memory limit the pages evicted are read again through loop, FUSE and slackerd."
@@ -160,6 +167,16 @@ func ratio(a, b float64) string {
 func (r *Results) hasBreakdown() bool {
 	for _, s := range r.Samples {
 		if s.MajorFaults > 0 || s.ContainersCache > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// hasCPU says whether the samples carry CPU times (results of older runs do not).
+func (r *Results) hasCPU() bool {
+	for _, s := range r.Samples {
+		if s.DaemonCPU > 0 || s.ContainersCPU > 0 {
 			return true
 		}
 	}
