@@ -210,8 +210,8 @@ func (s *startup) stop() {
 	s.mu.Unlock()
 }
 
-// replayBudget bounds what one replay may prefetch: the disk tier when there is
-// one, else half the memory tier (more would evict what it fetched before the
+// replayBudget bounds what one replay may prefetch: half the disk tier when there
+// is one, else half the memory tier (more could evict what it fetched before the
 // container reads it).
 func (n *Node) replayBudget() int64 {
 	if n.cfg.CacheNoDisk {
