@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSnapshotterAndRegistryKeys(t *testing.T) {
@@ -52,6 +53,34 @@ func TestSnapshotterAndRegistryKeys(t *testing.T) {
 				t.Fatalf("got socket %q docker %q insecure %v", r.SnapshotterSocket, r.DockerConfig, r.InsecureRegistry)
 			}
 		})
+	}
+}
+
+func TestStartupTrace(t *testing.T) {
+	for _, tc := range []struct {
+		value   string
+		want    time.Duration
+		wantErr bool
+	}{
+		{value: "", want: 0}, // the node's default
+		{value: "45s", want: 45 * time.Second},
+		{value: "off", want: -1},
+		{value: "0s", wantErr: true},
+		{value: "-5s", wantErr: true},
+		{value: "soon", wantErr: true},
+	} {
+		d := Defaults()
+		d.Root, d.StartupTrace = t.TempDir(), tc.value
+		r, err := d.Resolve()
+		if tc.wantErr {
+			if err == nil || !strings.Contains(err.Error(), "startup_trace") {
+				t.Errorf("%q: err %v, want one naming startup_trace", tc.value, err)
+			}
+			continue
+		}
+		if err != nil || r.StartupWindow != tc.want {
+			t.Errorf("%q: window %v, err %v; want %v", tc.value, r.StartupWindow, err, tc.want)
+		}
 	}
 }
 
