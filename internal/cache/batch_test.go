@@ -46,6 +46,11 @@ func (s *batchSource) FetchMany(ctx context.Context, cs []blockmap.Chunk, fn fun
 func TestPrefetchBatch(t *testing.T) {
 	src := &batchSource{countingSource: newSource(), batchGate: make(chan struct{}), fail: map[digest.Digest]bool{}}
 	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	}) // background writes end before TempDir is removed
 	if err != nil {
 		t.Fatal(err)
 	}

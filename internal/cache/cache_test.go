@@ -53,6 +53,11 @@ func newSource() *countingSource { return &countingSource{chunks: map[digest.Dig
 func TestHitMissAndSharedFetch(t *testing.T) {
 	src := newSource()
 	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	}) // background writes end before TempDir is removed
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,6 +95,11 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	src := newSource()
 	dir := t.TempDir()
 	c, _ := Open(Options{Dir: dir, MaxBytes: 1 << 20}, src)
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	}) // background writes end before TempDir is removed
 	ch := src.add(t, 4096)
 	want := src.chunks[ch.Digest]
 	if _, _, err := c.ReadChunk(context.Background(), ch, make([]byte, 4096), 0); err != nil {
@@ -102,6 +112,11 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	b[100] ^= 1
 	os.WriteFile(p, b, 0o600)
 	c2, _ := Open(Options{Dir: dir, MaxBytes: 1 << 20}, src)
+	t.Cleanup(func() {
+		if c2 != nil {
+			c2.Close()
+		}
+	}) // background writes end before TempDir is removed
 	got := make([]byte, 4096)
 	if _, _, err := c2.ReadChunk(context.Background(), ch, got, 0); err != nil {
 		t.Fatal(err)
@@ -117,6 +132,11 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 func TestEvictionBoundAndHotness(t *testing.T) {
 	src := newSource()
 	c, _ := Open(Options{Dir: t.TempDir(), MaxBytes: 10 * 4096, MemBytes: 4096}, src)
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	}) // background writes end before TempDir is removed
 	ctx := context.Background()
 	hot := src.add(t, 4096)
 	c.ReadChunk(ctx, hot, make([]byte, 1), 0)
@@ -143,6 +163,11 @@ func TestEvictionBoundAndHotness(t *testing.T) {
 func TestMissingChunkError(t *testing.T) {
 	src := newSource()
 	c, _ := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	}) // background writes end before TempDir is removed
 	_, _, err := c.ReadChunk(context.Background(), blockmap.Chunk{Digest: digest.FromString("x"), Size: 4096}, make([]byte, 1), 0)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("got %v", err)

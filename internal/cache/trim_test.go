@@ -28,6 +28,11 @@ func TestTrim(t *testing.T) {
 		chunks = append(chunks, blockmap.Chunk{Digest: d, Size: 4096})
 	}
 	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
+	t.Cleanup(func() {
+		if c != nil {
+			c.Close()
+		}
+	}) // background writes end before TempDir is removed
 	if err != nil {
 		t.Fatal(err)
 	}
