@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -112,9 +113,7 @@ func (s *startup) get(ctx context.Context, snapshot digest.Digest) (*trace.Trace
 
 // replay prefetches the trace's chunks into the cache in its order, a group at a
 // time, as fast as the cache takes them, within the cache's budget.
-func (s *startup) replay(log interface {
-	Info(string, ...any)
-}, t *trace.Trace, start time.Time) {
+func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 	// The trace knows what start-up reads: readahead would fetch past it.
 	s.x.v.PauseReadahead(max(0, s.window-time.Since(start)))
 	cs := t.BlockmapChunks()

@@ -120,8 +120,8 @@ type Volume struct {
 	baseReads *runSet // blocks read from the base (see Stats.BaseReadRuns)
 	truncated bool    // baseReads reached MaxReadRuns
 
+	startUntil  atomic.Int64 // record start-up reads until then (unix ns; 0: not recording)
 	startMu     sync.Mutex
-	startUntil  time.Time // record start-up reads until then (zero: not recording)
 	startMax    int
 	startSeen   map[digest.Digest]bool
 	startChunks []blockmap.Chunk
@@ -132,7 +132,8 @@ type Volume struct {
 func (v *Volume) RecordStartup(window time.Duration, max int) {
 	v.startMu.Lock()
 	defer v.startMu.Unlock()
-	v.startUntil, v.startMax, v.startSeen = time.Now().Add(window), max, map[digest.Digest]bool{}
+	v.startMax, v.startSeen = max, map[digest.Digest]bool{}
+	v.startUntil.Store(time.Now().Add(window).UnixNano())
 }
 
 // PauseReadahead turns sequential readahead off for d: while a start-up trace is
@@ -154,9 +155,13 @@ func (v *Volume) StartupChunks() []blockmap.Chunk {
 }
 
 func (v *Volume) recordStartup(c blockmap.Chunk) {
+	// Off the lock: once the window has closed, a read pays one atomic load.
+	if until := v.startUntil.Load(); until == 0 || time.Now().UnixNano() > until {
+		return
+	}
 	v.startMu.Lock()
 	defer v.startMu.Unlock()
-	if v.startUntil.IsZero() || v.startSeen[c.Digest] || len(v.startChunks) >= v.startMax || time.Now().After(v.startUntil) {
+	if v.startSeen[c.Digest] || len(v.startChunks) >= v.startMax {
 		return
 	}
 	v.startSeen[c.Digest] = true
