@@ -10,10 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/slacker-dev/slacker/internal/buildinfo"
 )
 
 // Meta describes one run of an item.
@@ -94,38 +95,8 @@ func ThisMachine() Machine {
 	return m
 }
 
-// Commit is the source's short git commit, with "-dirty" when the tree had changes:
-// from the build's VCS stamp, else from git in the working directory ("unknown"
-// outside a checkout).
-func Commit() string {
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		var rev string
-		var dirty bool
-		for _, s := range bi.Settings {
-			switch s.Key {
-			case "vcs.revision":
-				rev = s.Value
-			case "vcs.modified":
-				dirty = s.Value == "true"
-			}
-		}
-		if len(rev) >= 7 {
-			if dirty {
-				return rev[:7] + "-dirty"
-			}
-			return rev[:7]
-		}
-	}
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(st) > 0 {
-		c += "-dirty"
-	}
-	return c
-}
+// Commit is the source's short git commit (package buildinfo).
+func Commit() string { return buildinfo.Commit() }
 
 // WriteJSON writes v to path atomically (indented, with a final newline).
 func WriteJSON(path string, v any) error {

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/bench/system"
+	"github.com/slacker-dev/slacker/internal/buildinfo"
 	"github.com/slacker-dev/slacker/internal/hellobench/corpus"
 	"github.com/slacker-dev/slacker/internal/hellobench/workload"
 	"github.com/slacker-dev/slacker/internal/services"
@@ -68,7 +69,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	h := &harness{o: o, ws: ws, imgs: map[string]system.Image{}, refs: map[string]map[string]string{},
 		pubErr: map[string]map[string]string{}, started: time.Now()}
 	abs, _ := filepath.Abs(o.WorkloadsFile)
-	h.res = &Results{Version: ResultsVersion, Date: time.Now().UTC(), Commit: gitCommit(), Machine: thisMachine(),
+	h.res = &Results{Version: ResultsVersion, Date: time.Now().UTC(), Commit: buildinfo.Commit(), Machine: thisMachine(),
 		Command: o.Command, Runs: o.Runs, Seed: o.Seed, WorkloadsFile: abs,
 		Profile: Profile{Name: profile, RateBits: rate}}
 	if rate > 0 {

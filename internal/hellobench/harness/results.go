@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -217,18 +216,4 @@ func thisMachine() Machine {
 		}
 	}
 	return m
-}
-
-// gitCommit is the short commit of the source tree the binary runs from (the
-// working directory's repository), "-dirty" when it has changes.
-func gitCommit() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	c := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "status", "--porcelain", "--untracked-files=no").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
-		c += "-dirty"
-	}
-	return c
 }
