@@ -1,0 +1,90 @@
+package ocistore
+
+import (
+	"bytes"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/opencontainers/go-digest"
+)
+
+// linkRestorer hands requests to the real transport; when the registry refuses
+// a manifest PUT, it remembers the answer and puts the emptied link file back,
+// as the concurrent upload that was rewriting it would have.
+type linkRestorer struct {
+	base     http.RoundTripper
+	link     string
+	content  []byte
+	mu       sync.Mutex
+	refusals []string
+}
+
+func (l *linkRestorer) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := l.base.RoundTrip(r)
+	if err != nil || r.Method != http.MethodPut || !strings.Contains(r.URL.Path, "/manifests/") || resp.StatusCode < 400 {
+		return resp, err
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.refusals = append(l.refusals, string(body))
+	if werr := os.WriteFile(l.link, l.content, 0o644); werr != nil {
+		return nil, werr
+	}
+	return resp, nil
+}
+
+// TestPutWhileLinkRewritten: the registry's filesystem driver rewrites a
+// blob's link file in place when another node finishes uploading the same
+// blob. A pack manifest PUT that reads the link at that moment is refused with
+// DIGEST_INVALID and MANIFEST_BLOB_UNKNOWN (a CI failure of
+// TestManyNodesSharedStore); the store must take that as transient and retry,
+// not report the bytes as corrupt.
+func TestPutWhileLinkRewritten(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	first := []byte("the first object, which makes the store upload its config blob")
+	if err := s.Put(ctx, digest.FromBytes(first), int64(len(first)), bytes.NewReader(first)); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(reg.Dir, "data", "docker", "registry", "v2", "repositories",
+		s.repo.RepositoryStr(), "_layers", "sha256", emptyDigest.Encoded(), "link")
+	content, err := os.ReadFile(link)
+	if err != nil {
+		t.Fatalf("the config blob's link: %v", err)
+	}
+	lr := &linkRestorer{base: defaultTransport(), link: link, content: content}
+	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
+	if err := s2.ensureConfig(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(link, 0); err != nil { // the rewrite, caught half-way
+		t.Fatal(err)
+	}
+	second := []byte("the second object, whose pack manifest names the config blob")
+	if err := s2.Put(ctx, digest.FromBytes(second), int64(len(second)), bytes.NewReader(second)); err != nil {
+		t.Fatalf("put while the link was being rewritten: %v", err)
+	}
+	lr.mu.Lock()
+	refusals := lr.refusals
+	lr.mu.Unlock()
+	if len(refusals) == 0 || !strings.Contains(refusals[0], "MANIFEST_BLOB_UNKNOWN") {
+		t.Fatalf("the registry did not refuse the manifest while the link was empty (answers: %q): the test did not reproduce the race", refusals)
+	}
+	t.Logf("the registry first answered %s", strings.TrimSpace(refusals[0]))
+	rc, err := s.Get(ctx, digest.FromBytes(second))
+	if err != nil {
+		t.Fatalf("the object from another node: %v", err)
+	}
+	defer rc.Close()
+	if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, second) {
+		t.Fatalf("the object from another node: %q, %v", got, err)
+	}
+}
