@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strings"
@@ -137,8 +138,14 @@ func Mounts(prefix string) ([]MountInfo, error) {
 		return nil, err
 	}
 	defer f.Close()
+	return ParseMountInfo(f, prefix)
+}
+
+// ParseMountInfo reads a mountinfo table (proc(5)) and returns the mounts whose
+// target is prefix or below it ("/": all), deepest (and latest) first.
+func ParseMountInfo(r io.Reader, prefix string) ([]MountInfo, error) {
 	var out []MountInfo
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		fields := strings.Fields(sc.Text())
@@ -158,7 +165,6 @@ func Mounts(prefix string) ([]MountInfo, error) {
 		}
 		out = append(out, MountInfo{Target: target, FSType: fields[sep+1], Source: unescape(fields[sep+2])})
 	}
-	// Deepest (and latest) first.
 	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
 		out[i], out[j] = out[j], out[i]
 	}

@@ -1,30 +1,19 @@
 package services
 
 import (
-	"bufio"
-	"os"
-	"strings"
-
 	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/mount"
 )
 
 // unmountUnder lazily unmounts every mount at or below dir, deepest first (what a
 // stopped containerd or dockerd leaves: overlay snapshots, shm, bind mounts).
 func unmountUnder(dir string) {
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mount.Mounts(dir)
 	if err != nil {
 		return
 	}
-	var targets []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && (fields[4] == dir || strings.HasPrefix(fields[4], dir+"/")) {
-			targets = append(targets, fields[4])
-		}
-	}
-	f.Close()
-	for i := len(targets) - 1; i >= 0; i-- {
-		unix.Unmount(targets[i], unix.MNT_DETACH)
+	for _, m := range ms {
+		unix.Unmount(m.Target, unix.MNT_DETACH)
 	}
 }

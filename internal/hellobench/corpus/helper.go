@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/mount"
 )
 
 // The builder does every mount in a helper: this same executable, re-executed
@@ -23,7 +25,9 @@ import (
 // scripts start lives only in its PID namespace. When the helper exits, or is
 // killed because the builder died or was cancelled (Pdeathsig), the kernel kills
 // every process in the namespace and drops every mount with it: nothing can leak
-// onto the host, whatever fails.
+// onto the host, whatever fails. The other way round, the helper first detaches
+// its copies of the host's container and volume mounts (dropHostMounts), so that
+// it never keeps one of their filesystems alive after the host unmounts it.
 const helperEnv = "SLACKER_HELLOBENCH_HELPER"
 
 func init() {
@@ -240,6 +244,7 @@ func (job *helperJob) run() (res *helperResult, err error) {
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return nil, fmt.Errorf("make mounts private: %w", err)
 	}
+	dropHostMounts(job.keptPaths())
 	if job.Op == opDebootstrap {
 		return job.debootstrap()
 	}
@@ -269,6 +274,27 @@ func (job *helperJob) run() (res *helperResult, err error) {
 		return job.app(root)
 	}
 	return nil, fmt.Errorf("unknown op %q", job.Op)
+}
+
+// dropHostMounts detaches, in this helper's namespace only, the host's
+// container and volume filesystems it was born with (hostMountsToDrop). It is
+// best effort: a mount already gone with its parent is not an error, and one
+// that stays only costs what it did before.
+func dropHostMounts(keep []string) {
+	table, err := mount.Mounts("/")
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "helper: read the mount table: %v\n", err)
+		return
+	}
+	targets := hostMountsToDrop(table, keep)
+	for _, t := range targets {
+		if err := unix.Unmount(t, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			fmt.Fprintf(os.Stderr, "helper: detach the host's %s here: %v\n", t, err)
+		}
+	}
+	if len(targets) > 0 {
+		fmt.Printf("helper: detached %d of the host's container mounts from this namespace: %s\n", len(targets), strings.Join(targets, " "))
+	}
 }
 
 // devNull is opened before the app step chroots into an image, which has no

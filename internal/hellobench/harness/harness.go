@@ -1,7 +1,6 @@
 package harness
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -10,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -21,6 +19,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/buildinfo"
 	"github.com/slacker-dev/slacker/internal/hellobench/corpus"
 	"github.com/slacker-dev/slacker/internal/hellobench/workload"
+	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/services"
 )
 
@@ -659,45 +658,11 @@ func unmountUnder(dir string) {
 	if err != nil {
 		return
 	}
-	f, err := os.Open("/proc/self/mountinfo")
+	ms, err := mount.Mounts(abs)
 	if err != nil {
 		return
 	}
-	defer f.Close()
-	var targets []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 {
-			continue
-		}
-		t := unescapeMount(fields[4])
-		if t == abs || strings.HasPrefix(t, abs+"/") {
-			targets = append(targets, t)
-		}
+	for _, m := range ms {
+		unix.Unmount(m.Target, unix.MNT_DETACH)
 	}
-	sort.Slice(targets, func(i, j int) bool { return len(targets[i]) > len(targets[j]) })
-	for _, t := range targets {
-		unix.Unmount(t, unix.MNT_DETACH)
-	}
-}
-
-// unescapeMount undoes mountinfo's octal escapes (\040 for a space).
-func unescapeMount(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			var v int
-			if _, err := fmt.Sscanf(s[i+1:i+4], "%o", &v); err == nil {
-				b.WriteByte(byte(v))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }

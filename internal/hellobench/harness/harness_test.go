@@ -64,22 +64,6 @@ func TestClipAndLastLines(t *testing.T) {
 	}
 }
 
-func TestUnescapeMount(t *testing.T) {
-	tests := []struct{ in, want string }{
-		{"/var/lib/x", "/var/lib/x"},
-		{`/tmp/a\040b`, "/tmp/a b"},
-		{`/tmp/tab\011x\134y`, "/tmp/tab\tx\\y"},
-		{`/tmp/end\040`, "/tmp/end "},
-		{`/tmp/short\04`, `/tmp/short\04`},
-		{`/tmp/bad\xyz`, `/tmp/bad\xyz`},
-	}
-	for _, tt := range tests {
-		if got := unescapeMount(tt.in); got != tt.want {
-			t.Errorf("unescapeMount(%q) = %q, want %q", tt.in, got, tt.want)
-		}
-	}
-}
-
 // TestResetDir empties a work directory that has file systems mounted in it (a
 // killed run's), a name with a space included, without touching what the mounts
 // showed, and refuses the root.
