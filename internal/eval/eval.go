@@ -48,7 +48,7 @@ type Machine struct {
 
 // NewMeta starts the record of a run of item.
 func NewMeta(item string) *Meta {
-	return &Meta{Item: item, Date: time.Now().UTC(), Commit: Commit(), Machine: ThisMachine(),
+	return &Meta{Item: item, Date: time.Now().UTC(), Commit: buildinfo.Commit(), Machine: ThisMachine(),
 		Command: os.Args, start: time.Now()}
 }
 
@@ -94,9 +94,6 @@ func ThisMachine() Machine {
 	}
 	return m
 }
-
-// Commit is the source's short git commit (package buildinfo).
-func Commit() string { return buildinfo.Commit() }
 
 // WriteJSON writes v to path atomically (indented, with a final newline).
 func WriteJSON(path string, v any) error {
