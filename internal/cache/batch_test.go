@@ -45,16 +45,7 @@ func (s *batchSource) FetchMany(ctx context.Context, cs []blockmap.Chunk, fn fun
 // chunk the batch failed is fetched by the next reader.
 func TestPrefetchBatch(t *testing.T) {
 	src := &batchSource{countingSource: newSource(), batchGate: make(chan struct{}), fail: map[digest.Digest]bool{}}
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
-	t.Cleanup(func() {
-		if c != nil {
-			c.Close()
-		}
-	}) // background writes end before TempDir is removed
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	var cs []blockmap.Chunk
 	for i := 0; i < 8; i++ {
 		cs = append(cs, src.add(t, 4096))

@@ -50,17 +50,21 @@ func (s *countingSource) add(t *testing.T, size int) blockmap.Chunk {
 
 func newSource() *countingSource { return &countingSource{chunks: map[digest.Digest][]byte{}} }
 
-func TestHitMissAndSharedFetch(t *testing.T) {
-	src := newSource()
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
-	t.Cleanup(func() {
-		if c != nil {
-			c.Close()
-		}
-	}) // background writes end before TempDir is removed
+// openCache opens a cache for a test and closes it before the test's temporary
+// directories are removed (its disk writes run in the background).
+func openCache(t *testing.T, o Options, src Source) *Cache {
+	t.Helper()
+	c, err := Open(o, src)
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(c.Close)
+	return c
+}
+
+func TestHitMissAndSharedFetch(t *testing.T) {
+	src := newSource()
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	ch := src.add(t, 8192)
 	src.gate = make(chan struct{})
 	var wg sync.WaitGroup
@@ -94,12 +98,7 @@ func TestHitMissAndSharedFetch(t *testing.T) {
 func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	src := newSource()
 	dir := t.TempDir()
-	c, _ := Open(Options{Dir: dir, MaxBytes: 1 << 20}, src)
-	t.Cleanup(func() {
-		if c != nil {
-			c.Close()
-		}
-	}) // background writes end before TempDir is removed
+	c := openCache(t, Options{Dir: dir, MaxBytes: 1 << 20}, src)
 	ch := src.add(t, 4096)
 	want := src.chunks[ch.Digest]
 	if _, _, err := c.ReadChunk(context.Background(), ch, make([]byte, 4096), 0); err != nil {
@@ -111,12 +110,7 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	b, _ := os.ReadFile(p)
 	b[100] ^= 1
 	os.WriteFile(p, b, 0o600)
-	c2, _ := Open(Options{Dir: dir, MaxBytes: 1 << 20}, src)
-	t.Cleanup(func() {
-		if c2 != nil {
-			c2.Close()
-		}
-	}) // background writes end before TempDir is removed
+	c2 := openCache(t, Options{Dir: dir, MaxBytes: 1 << 20}, src)
 	got := make([]byte, 4096)
 	if _, _, err := c2.ReadChunk(context.Background(), ch, got, 0); err != nil {
 		t.Fatal(err)
@@ -131,12 +125,7 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 
 func TestEvictionBoundAndHotness(t *testing.T) {
 	src := newSource()
-	c, _ := Open(Options{Dir: t.TempDir(), MaxBytes: 10 * 4096, MemBytes: 4096}, src)
-	t.Cleanup(func() {
-		if c != nil {
-			c.Close()
-		}
-	}) // background writes end before TempDir is removed
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 10 * 4096, MemBytes: 4096}, src)
 	ctx := context.Background()
 	hot := src.add(t, 4096)
 	c.ReadChunk(ctx, hot, make([]byte, 1), 0)
@@ -162,12 +151,7 @@ func TestEvictionBoundAndHotness(t *testing.T) {
 
 func TestMissingChunkError(t *testing.T) {
 	src := newSource()
-	c, _ := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
-	t.Cleanup(func() {
-		if c != nil {
-			c.Close()
-		}
-	}) // background writes end before TempDir is removed
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	_, _, err := c.ReadChunk(context.Background(), blockmap.Chunk{Digest: digest.FromString("x"), Size: 4096}, make([]byte, 1), 0)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("got %v", err)

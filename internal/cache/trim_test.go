@@ -27,16 +27,7 @@ func TestTrim(t *testing.T) {
 		src[d] = b
 		chunks = append(chunks, blockmap.Chunk{Digest: d, Size: 4096})
 	}
-	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
-	t.Cleanup(func() {
-		if c != nil {
-			c.Close()
-		}
-	}) // background writes end before TempDir is removed
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	ctx := context.Background()
 	for _, ch := range chunks {
 		if _, _, _, err := c.Get(ctx, ch); err != nil {
