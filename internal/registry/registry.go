@@ -24,6 +24,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/distribution"
 	"github.com/slacker-dev/slacker/internal/image"
 )
 
@@ -148,7 +149,7 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 		if err == nil {
 			break
 		}
-		if !blobLinkRace(err) || attempt == 3 || ctx.Err() != nil {
+		if !distribution.LinkRace(err) || attempt == 3 || ctx.Err() != nil {
 			return nil, mapErr(ref, err)
 		}
 		select { // another push of the same blob is rewriting its link: a moment
@@ -257,28 +258,6 @@ func decodeBlob(ref string, blob ocispec.Descriptor, b []byte) (*image.Descripto
 		return nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
 	}
 	return d, nil
-}
-
-// blobLinkRace reports a manifest PUT refused because the registry could not
-// read a blob the manifest names at that moment (MANIFEST_BLOB_UNKNOWN with
-// another error about the blob, such as DIGEST_INVALID): distribution's
-// filesystem driver rewrites a blob's link file in place when a concurrent
-// upload of the same blob completes. Worth another try.
-func blobLinkRace(err error) bool {
-	var terr *transport.Error
-	if !errors.As(err, &terr) {
-		return false
-	}
-	var blobUnknown, other bool
-	for _, d := range terr.Errors {
-		switch d.Code {
-		case transport.ManifestBlobUnknownErrorCode:
-			blobUnknown = true
-		case transport.DigestInvalidErrorCode, transport.UnknownErrorCode:
-			other = true
-		}
-	}
-	return blobUnknown && other
 }
 
 // mapErr turns transport failures into the package's errors, once.

@@ -3,8 +3,6 @@ package registry
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -12,7 +10,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
-	"github.com/google/go-containerregistry/pkg/v1/remote/transport"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
@@ -66,29 +63,5 @@ func TestPushPull(t *testing.T) {
 	reg.Stop()
 	if _, _, err := Pull(ctx, ref, Options{}); !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("stopped registry: %v", err)
-	}
-}
-
-// TestBlobLinkRace: which refusals of a manifest PUT are worth another try. The
-// first is what Debian's docker-registry answers while a concurrent upload of a
-// named blob rewrites its link file (seen in CI; reproduced against the real
-// registry by ocistore's TestPutWhileLinkRewritten).
-func TestBlobLinkRace(t *testing.T) {
-	for _, tc := range []struct {
-		codes []transport.ErrorCode
-		want  bool
-	}{
-		{[]transport.ErrorCode{transport.DigestInvalidErrorCode, transport.ManifestBlobUnknownErrorCode}, true},
-		{[]transport.ErrorCode{transport.ManifestBlobUnknownErrorCode}, false}, // the blob is really missing
-		{[]transport.ErrorCode{transport.DigestInvalidErrorCode}, false},       // the manifest's own digest
-		{[]transport.ErrorCode{transport.ManifestInvalidErrorCode}, false},
-	} {
-		terr := &transport.Error{StatusCode: http.StatusBadRequest}
-		for _, c := range tc.codes {
-			terr.Errors = append(terr.Errors, transport.Diagnostic{Code: c})
-		}
-		if got := blobLinkRace(fmt.Errorf("put: %w", terr)); got != tc.want {
-			t.Errorf("%v: blobLinkRace = %v, want %v", tc.codes, got, tc.want)
-		}
 	}
 }

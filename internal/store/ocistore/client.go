@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/distribution"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -385,7 +386,7 @@ func (c *client) mapErr(ctx context.Context, op string, err error) error {
 	}
 	var terr *transport.Error
 	if errors.As(err, &terr) {
-		if blobUnreadable(terr) {
+		if distribution.LinkRace(terr) {
 			return fmt.Errorf("%s: %w: the registry could not read a blob the manifest names (%v)", op, store.ErrUnavailable, err)
 		}
 		for _, d := range terr.Errors {
@@ -416,24 +417,4 @@ func (c *client) mapErr(ctx context.Context, op string, err error) error {
 	}
 	// Connection refused or reset, a timeout, a body cut short: transient.
 	return fmt.Errorf("%s: %w: registry %s: %v", op, store.ErrUnavailable, c.repo.RegistryStr(), err)
-}
-
-// blobUnreadable reports an answer to a manifest PUT that failed because the
-// registry could not read one of the blobs the manifest names, not because of
-// the manifest: MANIFEST_BLOB_UNKNOWN together with another error about that
-// blob. Distribution's filesystem driver rewrites a blob's link file in place
-// when a concurrent upload of the same blob completes; a manifest PUT that
-// reads the link at that moment finds it empty and answers DIGEST_INVALID with
-// MANIFEST_BLOB_UNKNOWN. The blob is there a moment later: it is transient.
-func blobUnreadable(terr *transport.Error) bool {
-	var blobUnknown, other bool
-	for _, d := range terr.Errors {
-		switch d.Code {
-		case transport.ManifestBlobUnknownErrorCode:
-			blobUnknown = true
-		case transport.DigestInvalidErrorCode, transport.UnknownErrorCode:
-			other = true
-		}
-	}
-	return blobUnknown && other
 }
