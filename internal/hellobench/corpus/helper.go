@@ -286,14 +286,18 @@ func dropHostMounts(keep []string) {
 		fmt.Fprintf(os.Stderr, "helper: read the mount table: %v\n", err)
 		return
 	}
-	targets := hostMountsToDrop(table, keep)
-	for _, t := range targets {
-		if err := unix.Unmount(t, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+	var detached []string
+	for _, t := range hostMountsToDrop(table, keep) {
+		err := unix.Unmount(t, unix.MNT_DETACH)
+		switch {
+		case err == nil:
+			detached = append(detached, t)
+		case !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT): // EINVAL: gone with its parent
 			fmt.Fprintf(os.Stderr, "helper: detach the host's %s here: %v\n", t, err)
 		}
 	}
-	if len(targets) > 0 {
-		fmt.Printf("helper: detached %d of the host's container mounts from this namespace: %s\n", len(targets), strings.Join(targets, " "))
+	if len(detached) > 0 {
+		fmt.Printf("helper: detached %d of the host's container mounts from this namespace: %s\n", len(detached), strings.Join(detached, " "))
 	}
 }
 
