@@ -7,10 +7,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/authn"
 	"github.com/google/go-containerregistry/pkg/name"
@@ -30,6 +32,7 @@ type client struct {
 	repo     name.Repository
 	keychain authn.Keychain
 	base     http.RoundTripper
+	log      *slog.Logger
 
 	mu sync.Mutex
 	hc *http.Client
@@ -58,44 +61,94 @@ func (c *client) url(path string) string {
 	return fmt.Sprintf("%s://%s/v2/%s/%s", c.repo.Scheme(), c.repo.RegistryStr(), c.repo.RepositoryStr(), path)
 }
 
-// do sends one request and returns the response if its status is one of ok; any
-// other answer is read, closed and mapped. body, if not nil, is replayable.
-func (c *client) do(ctx context.Context, op, method, u string, hdr http.Header, body []byte, ok ...int) (*http.Response, error) {
-	hc, err := c.http(ctx)
-	if err != nil {
-		return nil, err
-	}
-	var resp *http.Response
+// send sends req with a fresh copy of body (nil for none) and returns the
+// registry's answer, whatever its status, or the transport's error.
+func send(hc *http.Client, req *http.Request, body []byte) (*http.Response, error) {
 	for attempt := 1; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, method, u, nil)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
+		r := req.Clone(req.Context())
 		if body != nil {
 			// The bearer transport sends a request again after a 401 (an expired
 			// token) with the same body, possibly while the first send still reads
 			// it: the body must be safe for that. A send that finds it half read
 			// fails, and is made once more here with a fresh body and the new token.
-			req.Body = &lockedReader{r: bytes.NewReader(body)}
-			req.ContentLength = int64(len(body))
-			req.GetBody = func() (io.ReadCloser, error) { return &lockedReader{r: bytes.NewReader(body)}, nil }
+			r.Body = &lockedReader{r: bytes.NewReader(body)}
+			r.ContentLength = int64(len(body))
+			r.GetBody = func() (io.ReadCloser, error) { return &lockedReader{r: bytes.NewReader(body)}, nil }
 		}
-		for k, v := range hdr {
-			req.Header[k] = v
+		resp, err := hc.Do(r)
+		if err == nil || body == nil || attempt == 2 || req.Context().Err() != nil {
+			return resp, err
 		}
-		resp, err = hc.Do(req)
-		if err == nil {
-			break
-		}
-		if body == nil || attempt == 2 || ctx.Err() != nil {
+	}
+}
+
+// answerRetries is how many times a request the registry answered with a
+// transient error (retryableAnswer) is sent again, and answerPause the pause
+// before the first of them, quadrupled each time: the races they cover last
+// microseconds, so a registry that keeps failing still fails the call within
+// about half a second.
+const (
+	answerRetries = 3
+	answerPause   = 25 * time.Millisecond
+)
+
+// do sends one request and returns the response if its status is one of ok; any
+// other answer is read, closed and mapped once. body, if not nil, is replayable.
+//
+// Every request this client sends is idempotent (reads, a manifest PUT of the
+// same bytes, a DELETE whose repeat finds nothing, an upload session that is
+// restarted when it is gone), so an answer that retryableAnswer calls transient
+// is retried here, in one place, rather than by each caller.
+func (c *client) do(ctx context.Context, op, method, u string, hdr http.Header, body []byte, ok ...int) (*http.Response, error) {
+	hc, err := c.http(ctx)
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, nil)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	pause := answerPause
+	for retry := 0; ; retry++ {
+		resp, err := send(hc, req, body)
+		if err != nil {
 			return nil, c.mapErr(ctx, op, err)
 		}
-	}
-	if err := transport.CheckError(resp, ok...); err != nil {
+		err = transport.CheckError(resp, ok...)
+		if err == nil {
+			return resp, nil
+		}
 		resp.Body.Close()
-		return nil, c.mapErr(ctx, op, err)
+		if retry == answerRetries || !retryableAnswer(err) || ctx.Err() != nil {
+			return nil, c.mapErr(ctx, op, err)
+		}
+		c.log.Warn("registry-retry", "op", op, "retry", retry+1, "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(pause):
+		}
+		pause *= 4
 	}
-	return resp, nil
+}
+
+// retryableAnswer reports whether a registry's error answer is one a repeat of
+// the request may not get. Debian's docker-registry 2.8 on its filesystem
+// driver writes link files in place (truncate, then write), so a request that
+// reads one at that moment fails although nothing is wrong: a manifest PUT
+// racing another node's upload of a blob it names is refused with
+// DIGEST_INVALID + MANIFEST_BLOB_UNKNOWN (distribution.LinkRace); a manifest GET
+// or DELETE racing a tag's rewrite (a DELETE reads every tag's link to remove
+// those naming the manifest) gets 500 UNKNOWN. Overload (429, 503) and other 5xx
+// answers are retried too.
+func retryableAnswer(err error) bool {
+	var terr *transport.Error
+	if !errors.As(err, &terr) {
+		return false
+	}
+	return distribution.LinkRace(terr) || terr.StatusCode >= 500 || terr.StatusCode == http.StatusTooManyRequests
 }
 
 // headBlob reports whether the repository has blob d.

@@ -11,13 +11,17 @@ import (
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // linkRestorer hands requests to the real transport; when the registry refuses
-// a manifest PUT, it remembers the answer and puts the emptied link file back,
-// as the concurrent upload that was rewriting it would have.
+// a manifest request of the given method, it remembers the answer and puts the
+// emptied link file back, as the concurrent upload or tag write that was
+// rewriting it would have.
 type linkRestorer struct {
 	base     http.RoundTripper
+	method   string
 	link     string
 	content  []byte
 	mu       sync.Mutex
@@ -26,7 +30,7 @@ type linkRestorer struct {
 
 func (l *linkRestorer) RoundTrip(r *http.Request) (*http.Response, error) {
 	resp, err := l.base.RoundTrip(r)
-	if err != nil || r.Method != http.MethodPut || !strings.Contains(r.URL.Path, "/manifests/") || resp.StatusCode < 400 {
+	if err != nil || r.Method != l.method || !strings.Contains(r.URL.Path, "/manifests/") || resp.StatusCode < 400 {
 		return resp, err
 	}
 	body, _ := io.ReadAll(resp.Body)
@@ -60,7 +64,7 @@ func TestPutWhileLinkRewritten(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the config blob's link: %v", err)
 	}
-	lr := &linkRestorer{base: defaultTransport(), link: link, content: content}
+	lr := &linkRestorer{base: defaultTransport(), method: http.MethodPut, link: link, content: content}
 	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
 	if err := s2.ensureConfig(ctx); err != nil {
 		t.Fatal(err)
@@ -86,5 +90,49 @@ func TestPutWhileLinkRewritten(t *testing.T) {
 	defer rc.Close()
 	if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, second) {
 		t.Fatalf("the object from another node: %q, %v", got, err)
+	}
+}
+
+// TestDeleteWhileTagRewritten: to delete a manifest, the registry reads the
+// link of every tag of the repository (to remove the tags naming it); a tag
+// being rewritten in place at that moment (a node renewing its lease record)
+// reads empty, and the DELETE is answered 500 UNKNOWN (a CI failure of
+// TestGCRemoteStores). The store must try again, not fail the collection.
+func TestDeleteWhileTagRewritten(t *testing.T) {
+	s := newStore(t, nil)
+	ctx := t.Context()
+	doomed := []byte("an object the collector deletes")
+	if err := s.Put(ctx, digest.FromBytes(doomed), int64(len(doomed)), bytes.NewReader(doomed)); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.PutRef(ctx, "leases/node-a", []byte("a record rewritten all the time")); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(reg.Dir, "data", "docker", "registry", "v2", "repositories",
+		s.repo.RepositoryStr(), "_manifests", "tags", refTag("leases/node-a"), "current", "link")
+	content, err := os.ReadFile(link)
+	if err != nil {
+		t.Fatalf("the record's tag link: %v", err)
+	}
+	lr := &linkRestorer{base: defaultTransport(), method: http.MethodDelete, link: link, content: content}
+	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
+	if err := os.Truncate(link, 0); err != nil { // the rewrite, caught half-way
+		t.Fatal(err)
+	}
+	if err := s2.Delete(ctx, digest.FromBytes(doomed)); err != nil {
+		t.Fatalf("delete while a tag was being rewritten: %v", err)
+	}
+	lr.mu.Lock()
+	refusals := lr.refusals
+	lr.mu.Unlock()
+	if len(refusals) == 0 {
+		t.Fatal("the registry did not refuse the DELETE while the tag's link was empty: the test did not reproduce the race")
+	}
+	t.Logf("the registry first answered %s", strings.TrimSpace(refusals[0]))
+	if ok, err := store.Exists(ctx, reopen(t, s, nil), digest.FromBytes(doomed)); err != nil || ok {
+		t.Fatalf("the deleted object: exists %v, %v", ok, err)
+	}
+	if got, err := s.GetRef(ctx, "leases/node-a"); err != nil || string(got) != "a record rewritten all the time" {
+		t.Fatalf("the record: %q, %v", got, err)
 	}
 }

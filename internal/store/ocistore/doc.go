@@ -53,6 +53,10 @@
 // store.ErrNotFound, a digest the registry refuses to store.ErrCorrupt, network
 // failures, timeouts, 5xx and 429 to store.ErrUnavailable, 401/403 to an access
 // denied error that says to log in. Every call is bounded by its ctx and Timeout.
+// Every request is idempotent, so the client retries (client.do, a few times
+// within about half a second) an answer a repeat may not get: 5xx, 429, and the
+// link race of registries that write link files in place
+// (distribution.LinkRace); transport failures are left to the caller's retries.
 //
 // This package must never know about chunks, maps or caches, and never returns
 // bytes it has not verified.

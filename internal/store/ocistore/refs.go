@@ -100,29 +100,6 @@ func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
 	if err := store.CheckRefName(name); err != nil {
 		return nil, err
 	}
-	// A record is a tag, and a registry may rewrite a tag's link in place (Debian's
-	// docker-registry 2.8 on its filesystem driver truncates and writes it): a read
-	// racing a PutRef of the same record then gets a 500 "unknown error". Such a
-	// read is tried again after a short pause; a registry that stays unavailable
-	// still fails the call within a few hundred milliseconds.
-	var b []byte
-	var err error
-	for attempt := 0; ; attempt++ {
-		if err = ctx.Err(); err != nil {
-			return nil, fmt.Errorf("get record %s: %w", name, err)
-		}
-		b, err = s.getRef(ctx, name)
-		if err == nil || !errors.Is(err, store.ErrUnavailable) || attempt == 3 {
-			return b, err
-		}
-		select {
-		case <-time.After(time.Duration(25<<attempt) * time.Millisecond):
-		case <-ctx.Done():
-		}
-	}
-}
-
-func (s *Store) getRef(ctx context.Context, name string) ([]byte, error) {
 	cctx, cancel := s.bound(ctx)
 	defer cancel()
 	m, err := s.refManifest(cctx, refTag(name))

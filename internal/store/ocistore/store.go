@@ -159,7 +159,7 @@ func New(o Options) (*Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Store{o: o, repo: repo, log: log, c: &client{repo: repo, keychain: o.Keychain, base: o.Transport},
+	return &Store{o: o, repo: repo, log: log, c: &client{repo: repo, keychain: o.Keychain, base: o.Transport, log: log},
 		packs: map[digest.Digest]*packState{}, where: map[digest.Digest][]location{}, checkpoints: map[string]bool{},
 		pending: map[digest.Digest]*batch{}}, nil
 }
@@ -937,19 +937,7 @@ func (s *Store) uploadPack(objs []pendingObject) error {
 	if err != nil {
 		return err
 	}
-	delay := 100 * time.Millisecond
-	for attempt := 1; ; attempt++ {
-		err = s.publish(ctx, pd, blob, m, len(objs) == 1)
-		if err == nil || !errors.Is(err, store.ErrUnavailable) || attempt == 3 || ctx.Err() != nil {
-			break
-		}
-		s.log.Warn("pack-upload-retry", "pack", pd, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-		delay *= 4
-	}
+	err = s.publish(ctx, pd, blob, m, len(objs) == 1)
 	if err != nil {
 		return fmt.Errorf("upload pack %s of %d objects: %w", pd, len(objs), err)
 	}
