@@ -5,7 +5,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -45,6 +44,33 @@ func (l *linkRestorer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return resp, nil
 }
 
+// answers returns the refused answers seen so far.
+func (l *linkRestorer) answers() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.refusals...)
+}
+
+// raceLink opens a second store on s's repository whose refused manifest
+// requests of method put link back (linkRestorer), then empties link, as a
+// rewrite of it caught half-way would leave it.
+func raceLink(t *testing.T, s *Store, method, link string) (*Store, *linkRestorer) {
+	t.Helper()
+	content, err := os.ReadFile(link)
+	if err != nil {
+		t.Fatalf("the link file: %v", err)
+	}
+	lr := &linkRestorer{base: defaultTransport(), method: method, link: link, content: content}
+	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
+	if err := s2.ensureConfig(t.Context()); err != nil { // before the link is emptied: it may be the config's
+		t.Fatal(err)
+	}
+	if err := os.Truncate(link, 0); err != nil {
+		t.Fatal(err)
+	}
+	return s2, lr
+}
+
 // TestPutWhileLinkRewritten: the registry's filesystem driver rewrites a
 // blob's link file in place when another node finishes uploading the same
 // blob. A pack manifest PUT that reads the link at that moment is refused with
@@ -58,27 +84,13 @@ func TestPutWhileLinkRewritten(t *testing.T) {
 	if err := s.Put(ctx, digest.FromBytes(first), int64(len(first)), bytes.NewReader(first)); err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(reg.Dir, "data", "docker", "registry", "v2", "repositories",
-		s.repo.RepositoryStr(), "_layers", "sha256", emptyDigest.Encoded(), "link")
-	content, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatalf("the config blob's link: %v", err)
-	}
-	lr := &linkRestorer{base: defaultTransport(), method: http.MethodPut, link: link, content: content}
-	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
-	if err := s2.ensureConfig(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Truncate(link, 0); err != nil { // the rewrite, caught half-way
-		t.Fatal(err)
-	}
+	s2, lr := raceLink(t, s, http.MethodPut, registryFile("repositories",
+		s.repo.RepositoryStr(), "_layers", "sha256", emptyDigest.Encoded(), "link"))
 	second := []byte("the second object, whose pack manifest names the config blob")
 	if err := s2.Put(ctx, digest.FromBytes(second), int64(len(second)), bytes.NewReader(second)); err != nil {
 		t.Fatalf("put while the link was being rewritten: %v", err)
 	}
-	lr.mu.Lock()
-	refusals := lr.refusals
-	lr.mu.Unlock()
+	refusals := lr.answers()
 	if len(refusals) == 0 || !strings.Contains(refusals[0], "MANIFEST_BLOB_UNKNOWN") {
 		t.Fatalf("the registry did not refuse the manifest while the link was empty (answers: %q): the test did not reproduce the race", refusals)
 	}
@@ -108,23 +120,12 @@ func TestDeleteWhileTagRewritten(t *testing.T) {
 	if err := s.PutRef(ctx, "leases/node-a", []byte("a record rewritten all the time")); err != nil {
 		t.Fatal(err)
 	}
-	link := filepath.Join(reg.Dir, "data", "docker", "registry", "v2", "repositories",
-		s.repo.RepositoryStr(), "_manifests", "tags", refTag("leases/node-a"), "current", "link")
-	content, err := os.ReadFile(link)
-	if err != nil {
-		t.Fatalf("the record's tag link: %v", err)
-	}
-	lr := &linkRestorer{base: defaultTransport(), method: http.MethodDelete, link: link, content: content}
-	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
-	if err := os.Truncate(link, 0); err != nil { // the rewrite, caught half-way
-		t.Fatal(err)
-	}
+	s2, lr := raceLink(t, s, http.MethodDelete, registryFile("repositories",
+		s.repo.RepositoryStr(), "_manifests", "tags", refTag("leases/node-a"), "current", "link"))
 	if err := s2.Delete(ctx, digest.FromBytes(doomed)); err != nil {
 		t.Fatalf("delete while a tag was being rewritten: %v", err)
 	}
-	lr.mu.Lock()
-	refusals := lr.refusals
-	lr.mu.Unlock()
+	refusals := lr.answers()
 	if len(refusals) == 0 {
 		t.Fatal("the registry did not refuse the DELETE while the tag's link was empty: the test did not reproduce the race")
 	}

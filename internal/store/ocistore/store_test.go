@@ -85,6 +85,12 @@ func newStore(t testing.TB, modify func(*Options)) *Store {
 	return s
 }
 
+// registryFile is a path in the test registry's storage (the filesystem
+// driver's layout, under data/docker/registry/v2).
+func registryFile(parts ...string) string {
+	return filepath.Join(append([]string{reg.Dir, "data", "docker", "registry", "v2"}, parts...)...)
+}
+
 // reopen opens a second store on the same repository, as another node would.
 func reopen(t testing.TB, s *Store, modify func(*Options)) *Store {
 	t.Helper()
@@ -106,7 +112,7 @@ func corrupt(t *testing.T, s *Store, d digest.Digest) {
 	if !ok {
 		t.Fatalf("corrupt: %s is not in the index", d)
 	}
-	p := filepath.Join(reg.Dir, "data", "docker", "registry", "v2", "blobs", "sha256", l.blob.Encoded()[:2], l.blob.Encoded(), "data")
+	p := registryFile("blobs", "sha256", l.blob.Encoded()[:2], l.blob.Encoded(), "data")
 	f, err := os.OpenFile(p, os.O_RDWR, 0)
 	if err != nil {
 		t.Fatal(err)
