@@ -70,6 +70,8 @@ type Cache struct {
 	pfWG     sync.WaitGroup // running prefetches
 	closed   bool
 	writes   chan pendingWrite // disk-tier writes, done in the background
+	wmu      sync.RWMutex      // sends on writes hold it shared; Close exclusively
+	wclosed  bool              // writes is closed
 	wg       sync.WaitGroup
 
 	mu        sync.Mutex
@@ -168,13 +170,21 @@ func (c *Cache) writer() {
 
 // Flush waits until every chunk queued for the disk tier is written.
 func (c *Cache) Flush() {
+	c.wmu.RLock()
+	if c.wclosed {
+		c.wmu.RUnlock()
+		return
+	}
 	done := make(chan struct{})
 	c.writes <- pendingWrite{flush: done}
+	c.wmu.RUnlock()
 	<-done
 }
 
-// Close waits for prefetches and pending disk-tier writes. The cache must not be
-// used after.
+// Close waits for prefetches and pending disk-tier writes. Loads still in flight (a
+// load runs on after the reader that started it gives up) may finish after Close:
+// what they bring stays in memory and goes to no disk. The cache must not be used
+// after.
 func (c *Cache) Close() {
 	c.pfMu.Lock()
 	if c.closed {
@@ -184,7 +194,10 @@ func (c *Cache) Close() {
 	c.closed = true
 	c.pfMu.Unlock()
 	c.pfWG.Wait()
+	c.wmu.Lock()
+	c.wclosed = true
 	close(c.writes)
+	c.wmu.Unlock()
 	c.wg.Wait()
 }
 
@@ -458,6 +471,11 @@ func (c *Cache) insert(d digest.Digest, data []byte) {
 	c.addMemLocked(d.String(), data)
 	c.mu.Unlock()
 	if c.noDisk {
+		return
+	}
+	c.wmu.RLock()
+	defer c.wmu.RUnlock()
+	if c.wclosed {
 		return
 	}
 	select {

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -155,5 +156,41 @@ func TestMissingChunkError(t *testing.T) {
 	_, _, err := c.ReadChunk(context.Background(), blockmap.Chunk{Digest: digest.FromString("x"), Size: 4096}, make([]byte, 1), 0)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A load goes on after the reader that started it gives up (others may be
+// waiting for it), so it can finish after the cache is closed: it must neither
+// write to the closed disk tier nor fail (it panicked with a send on a closed
+// channel, seen as a data race in CI when a node closed under a reader).
+func TestLoadFinishingAfterClose(t *testing.T) {
+	src := newSource()
+	c, err := Open(Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ch := src.add(t, 4096)
+	src.gate = make(chan struct{})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() {
+		_, _, err := c.ReadChunk(ctx, ch, make([]byte, 1), 0)
+		done <- err
+	}()
+	for src.n.Load() == 0 { // the load has started
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the cancelled reader got %v", err)
+	}
+	c.Close()
+	close(src.gate) // the load finishes now, after Close
+	for c.Stats().Misses == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	c.Flush() // a no-op after Close, not a panic
+	if st := c.Stats(); st.DiskChunks != 0 || st.MemBytes != 4096 {
+		t.Fatalf("after a load finished past Close: %+v; want the chunk in memory only", st)
 	}
 }
