@@ -76,7 +76,7 @@ type VolumeStats struct {
 	DeltaBytes    int64 `json:"delta_bytes"`
 	DeltaRuns     int64 `json:"delta_runs"`
 	// BaseReadRuns are the base snapshot's blocks (4 KiB) the volume read, as
-	// sorted half-open runs [start, end); truncated after a bound (volume.MaxReadRuns).
+	// sorted half-open runs [start, end); truncated after a bound (prefetch.MaxReadRuns).
 	BaseReadRuns          [][2]int64 `json:"base_read_runs,omitempty"`
 	BaseReadRunsTruncated bool       `json:"base_read_runs_truncated,omitempty"`
 }
@@ -135,7 +135,6 @@ type CacheStats struct {
 	FetchedBytes int64 `json:"fetched_bytes"`
 	Evictions    int64 `json:"evictions"`
 	Corrupt      int64 `json:"corrupt"`
-	Prefetched   int64 `json:"prefetched"`
 	DiskBytes    int64 `json:"disk_bytes"`
 	DiskChunks   int   `json:"disk_chunks"`
 	MemBytes     int64 `json:"mem_bytes"`
@@ -150,14 +149,25 @@ type FetchStats struct {
 	Failures     int64 `json:"failures"`
 }
 
+// PrefetchStats are the node's counters of fetching ahead.
+type PrefetchStats struct {
+	ReadaheadChunks int64 `json:"readahead_chunks"` // chunks fetched ahead of sequential readers
+	ReplayedChunks  int64 `json:"replayed_chunks"`  // chunks fetched by start-up trace replays
+	FetchedBytes    int64 `json:"fetched_bytes"`    // bytes both moved from the store
+	Busy            int64 `json:"busy"`             // loads not started: every slot was busy
+	TracesReplayed  int64 `json:"traces_replayed"`
+	TracesRecorded  int64 `json:"traces_recorded"`
+}
+
 // NodeStats are node-wide counters.
 type NodeStats struct {
-	Cache    CacheStats `json:"cache"`
-	Fetch    FetchStats `json:"fetch"`
-	Volumes  int        `json:"volumes"`
-	Mounted  int        `json:"mounted"`
-	RSSBytes int64      `json:"rss_bytes"`
-	PeakRSS  int64      `json:"peak_rss_bytes"`
+	Cache    CacheStats    `json:"cache"`
+	Fetch    FetchStats    `json:"fetch"`
+	Prefetch PrefetchStats `json:"prefetch"`
+	Volumes  int           `json:"volumes"`
+	Mounted  int           `json:"mounted"`
+	RSSBytes int64         `json:"rss_bytes"`
+	PeakRSS  int64         `json:"peak_rss_bytes"`
 }
 
 // TrimCacheRequest trims the node cache's disk tier to KeepBytes.

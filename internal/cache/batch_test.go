@@ -3,8 +3,10 @@ package cache
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -40,10 +42,11 @@ func (s *batchSource) FetchMany(ctx context.Context, cs []blockmap.Chunk, fn fun
 	}
 }
 
-// A prefetch through a BatchSource is one batch; a reader that misses on one of
-// its chunks while it runs waits for it instead of fetching the chunk again; a
-// chunk the batch failed is fetched by the next reader.
-func TestPrefetchBatch(t *testing.T) {
+// A Load through a BatchSource is one batch; a reader that misses on one of its
+// chunks while it runs waits for it instead of fetching the chunk again; a chunk
+// the batch failed is reported as failed and fetched by the next reader; chunks
+// cached already, or named twice, are reported once and not fetched.
+func TestLoadBatch(t *testing.T) {
 	src := &batchSource{countingSource: newSource(), batchGate: make(chan struct{}), fail: map[digest.Digest]bool{}}
 	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	var cs []blockmap.Chunk
@@ -52,43 +55,68 @@ func TestPrefetchBatch(t *testing.T) {
 	}
 	src.fail[cs[7].Digest] = true
 	ctx := context.Background()
-	if _, _, err := c.ReadChunk(ctx, cs[0], make([]byte, 1), 0); err != nil { // cached: not in the batch
+	if _, err := c.ReadChunk(ctx, cs[0], make([]byte, 1), 0); err != nil { // cached: not in the batch
 		t.Fatal(err)
 	}
-	var prefetched atomic.Int64
-	c.Prefetch(append(cs, cs[2]), func(n int64) { prefetched.Add(n) })
+	origins := map[digest.Digest]Origin{}
+	var failed []digest.Digest
+	loaded := make(chan struct{})
+	go func() {
+		defer close(loaded)
+		c.Load(ctx, append(cs, cs[2]), func(ch blockmap.Chunk, o Origin, err error) {
+			if err != nil {
+				failed = append(failed, ch.Digest)
+				return
+			}
+			if _, dup := origins[ch.Digest]; dup {
+				t.Errorf("chunk %s reported twice", ch.Digest)
+			}
+			origins[ch.Digest] = o
+		})
+	}()
+	for src.batches.Load() == 0 { // every chunk is registered before the batch starts
+		time.Sleep(time.Millisecond)
+	}
 	done := make(chan error)
 	p := make([]byte, 4096)
 	go func() {
-		_, _, err := c.ReadChunk(ctx, cs[3], p, 0)
+		o, err := c.ReadChunk(ctx, cs[3], p, 0)
+		if err == nil && o == FromStore { // joined the batch, or came after it
+			err = fmt.Errorf("the reader fetched its chunk again while the batch brought it")
+		}
 		done <- err
 	}()
 	close(src.batchGate)
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+	<-loaded
 	src.mu.Lock()
 	want := src.chunks[cs[3].Digest]
 	src.mu.Unlock()
 	if !bytes.Equal(p, want) {
 		t.Fatal("reader got wrong bytes")
 	}
-	c.pfWG.Wait() // the prefetch is done
 	if src.batches.Load() != 1 || src.n.Load() != 1 {
 		t.Fatalf("%d batches and %d lone fetches; want 1 and 1 (the first read)", src.batches.Load(), src.n.Load())
 	}
-	st := c.Stats()
-	if st.Prefetched != 6 || prefetched.Load() != 6*4096 {
-		t.Fatalf("prefetched %d chunks, %d bytes; want 6 (7 asked, 1 failed)", st.Prefetched, prefetched.Load())
+	if len(failed) != 1 || failed[0] != cs[7].Digest {
+		t.Fatalf("failed chunks %v, want only %s", failed, cs[7].Digest)
+	}
+	if origins[cs[0].Digest] != FromMemory || len(origins) != 7 {
+		t.Fatalf("origins %v: want the cached chunk from memory and 7 chunks reported", origins)
 	}
 	for _, ch := range cs[1:7] {
-		if hit, f, err := c.ReadChunk(ctx, ch, make([]byte, 1), 0); err != nil || !hit || f != 0 {
-			t.Fatalf("after the batch: hit=%v fetched=%d err=%v", hit, f, err)
+		if origins[ch.Digest] != FromStore {
+			t.Fatalf("chunk %s: %v, want store", ch.Digest, origins[ch.Digest])
+		}
+		if o, err := c.ReadChunk(ctx, ch, make([]byte, 1), 0); err != nil || o != FromMemory {
+			t.Fatalf("after the batch: from %v, err=%v", o, err)
 		}
 	}
 	// The failed one is fetched alone by a reader.
 	delete(src.fail, cs[7].Digest)
-	if hit, f, err := c.ReadChunk(ctx, cs[7], make([]byte, 1), 0); err != nil || hit || f != 4096 {
-		t.Fatalf("the chunk the batch failed: hit=%v fetched=%d err=%v", hit, f, err)
+	if o, err := c.ReadChunk(ctx, cs[7], make([]byte, 1), 0); err != nil || o != FromStore {
+		t.Fatalf("the chunk the batch failed: from %v, err=%v", o, err)
 	}
 }

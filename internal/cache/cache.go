@@ -1,7 +1,6 @@
 package cache
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -34,10 +33,7 @@ type Options struct {
 	// NoDisk keeps no disk tier: right when the store is itself a local directory,
 	// where a second copy of each chunk on the same disk only costs writes.
 	NoDisk bool
-	// Prefetches bounds the background prefetches at once (64): enough to keep a
-	// sequential reader's readahead window (16 MiB of 256 KiB chunks) in flight.
-	Prefetches int
-	Logger     *slog.Logger
+	Logger *slog.Logger
 }
 
 // Stats are the cache's counters.
@@ -47,8 +43,7 @@ type Stats struct {
 	Misses       int64 `json:"misses"`
 	FetchedBytes int64 `json:"fetched_bytes"`
 	Evictions    int64 `json:"evictions"`
-	Corrupt      int64 `json:"corrupt"`    // cached chunks found corrupt and dropped
-	Prefetched   int64 `json:"prefetched"` // chunks fetched ahead of a sequential reader
+	Corrupt      int64 `json:"corrupt"` // cached chunks found corrupt and dropped
 	DiskBytes    int64 `json:"disk_bytes"`
 	DiskChunks   int   `json:"disk_chunks"`
 	MemBytes     int64 `json:"mem_bytes"`
@@ -57,22 +52,18 @@ type Stats struct {
 
 // Cache is safe for concurrent use.
 type Cache struct {
-	dir      string
-	max      int64
-	src      Source
-	log      *slog.Logger
-	sf       singleflight.Group
-	tok      atomic.Uint64
-	memN     int64
-	noDisk   bool
-	prefetch chan struct{}  // slots for background prefetches
-	pfMu     sync.Mutex     // guards closed against pfWG.Add
-	pfWG     sync.WaitGroup // running prefetches
-	closed   bool
-	writes   chan pendingWrite // disk-tier writes, done in the background
-	wmu      sync.RWMutex      // sends on writes hold it shared; Close exclusively
-	wclosed  bool              // writes is closed
-	wg       sync.WaitGroup
+	dir     string
+	max     int64
+	src     Source
+	log     *slog.Logger
+	sf      singleflight.Group
+	tok     atomic.Uint64
+	memN    int64
+	noDisk  bool
+	writes  chan pendingWrite // disk-tier writes, done in the background
+	wmu     sync.RWMutex      // sends on writes hold it shared; Close exclusively
+	wclosed bool              // writes is closed
+	wg      sync.WaitGroup
 
 	mu        sync.Mutex
 	disk      map[string]*lruItem // by digest
@@ -81,7 +72,7 @@ type Cache struct {
 	mem       map[string]*memEntry
 	memLRU    *lru
 
-	memHits, diskHits, misses, fetched, evictions, corrupt, prefetched atomic.Int64
+	memHits, diskHits, misses, fetched, evictions, corrupt atomic.Int64
 }
 
 type memEntry struct {
@@ -106,8 +97,7 @@ func Open(opts Options, src Source) (*Cache, error) {
 	}
 	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes, noDisk: opts.NoDisk,
 		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),
-		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64),
-		prefetch: make(chan struct{}, cmp.Or(max(opts.Prefetches, 0), 64))}
+		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64)}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
@@ -181,20 +171,15 @@ func (c *Cache) Flush() {
 	<-done
 }
 
-// Close waits for prefetches and pending disk-tier writes. Loads still in flight (a
-// load runs on after the reader that started it gives up) may finish after Close:
-// what they bring stays in memory and goes to no disk. The cache must not be used
-// after.
+// Close waits for pending disk-tier writes. Loads still in flight (a load runs on
+// after the reader that started it gives up) may finish after Close: what they
+// bring stays in memory and goes to no disk. The cache must not be used after.
 func (c *Cache) Close() {
-	c.pfMu.Lock()
-	if c.closed {
-		c.pfMu.Unlock()
+	c.wmu.Lock()
+	if c.wclosed {
+		c.wmu.Unlock()
 		return
 	}
-	c.closed = true
-	c.pfMu.Unlock()
-	c.pfWG.Wait()
-	c.wmu.Lock()
 	c.wclosed = true
 	close(c.writes)
 	c.wmu.Unlock()
@@ -203,29 +188,55 @@ func (c *Cache) Close() {
 
 func (c *Cache) path(d digest.Digest) string { return filepath.Join(c.dir, d.Encoded()) }
 
-// ReadChunk fills p with bytes [off, off+len(p)) of chunk ch. It reports whether the
-// cache had the chunk and how many bytes this call fetched from the store.
-func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off int64) (hit bool, fetched int64, err error) {
-	if off < 0 || off+int64(len(p)) > ch.Size {
-		return false, 0, fmt.Errorf("read [%d, +%d) of chunk %s of %d bytes: %w", off, len(p), ch.Digest, ch.Size, store.ErrInvalid)
+// Origin says where a chunk read or loaded came from.
+type Origin int
+
+const (
+	FromMemory Origin = iota // the memory tier
+	FromDisk                 // the disk tier (verified as it was loaded)
+	FromStore                // fetched from the store by this call
+	Joined                   // another caller's load, in flight, served it
+)
+
+// Hit reports whether the chunk was served without this call fetching it.
+func (o Origin) Hit() bool { return o != FromStore }
+
+func (o Origin) String() string {
+	switch o {
+	case FromMemory:
+		return "memory"
+	case FromDisk:
+		return "disk"
+	case FromStore:
+		return "store"
+	case Joined:
+		return "joined"
 	}
-	data, hit, fetched, err := c.Get(ctx, ch)
+	return fmt.Sprintf("origin(%d)", int(o))
+}
+
+// ReadChunk fills p with bytes [off, off+len(p)) of chunk ch and reports where the
+// chunk came from.
+func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off int64) (Origin, error) {
+	if off < 0 || off+int64(len(p)) > ch.Size {
+		return 0, fmt.Errorf("read [%d, +%d) of chunk %s of %d bytes: %w", off, len(p), ch.Digest, ch.Size, store.ErrInvalid)
+	}
+	data, o, err := c.Get(ctx, ch)
 	if err != nil {
-		return false, 0, err
+		return 0, err
 	}
 	copy(p, data[off:])
-	return hit, fetched, nil
+	return o, nil
 }
 
 type result struct {
-	data    []byte
-	hit     bool
-	fetched int64
-	leader  uint64
+	data   []byte
+	origin Origin
+	leader uint64
 }
 
-// Get returns the whole chunk (callers must not modify it).
-func (c *Cache) Get(ctx context.Context, ch blockmap.Chunk) (data []byte, hit bool, fetched int64, err error) {
+// Get returns the whole chunk (callers must not modify it) and where it came from.
+func (c *Cache) Get(ctx context.Context, ch blockmap.Chunk) (data []byte, o Origin, err error) {
 	key := ch.Digest.String()
 	c.mu.Lock()
 	if m, ok := c.mem[key]; ok {
@@ -236,7 +247,7 @@ func (c *Cache) Get(ctx context.Context, ch blockmap.Chunk) (data []byte, hit bo
 		}
 		c.mu.Unlock()
 		c.memHits.Add(1)
-		return m.data, true, 0, nil
+		return m.data, FromMemory, nil
 	}
 	c.mu.Unlock()
 	me := c.tok.Add(1)
@@ -248,15 +259,15 @@ func (c *Cache) Get(ctx context.Context, ch blockmap.Chunk) (data []byte, hit bo
 	select {
 	case r := <-ch2:
 		if r.Err != nil {
-			return nil, false, 0, r.Err
+			return nil, 0, r.Err
 		}
 		res := r.Val.(*result)
 		if res.leader == me {
-			return res.data, res.hit, res.fetched, nil
+			return res.data, res.origin, nil
 		}
-		return res.data, true, 0, nil // another reader's load served us
+		return res.data, Joined, nil
 	case <-ctx.Done():
-		return nil, false, 0, fmt.Errorf("read chunk %s: %w", ch.Digest, ctx.Err())
+		return nil, 0, fmt.Errorf("read chunk %s: %w", ch.Digest, ctx.Err())
 	}
 }
 
@@ -266,7 +277,7 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 	c.mu.Lock()
 	if m, ok := c.mem[key]; ok { // loaded while we queued
 		c.mu.Unlock()
-		return &result{data: m.data, hit: true, leader: leader}, nil
+		return &result{data: m.data, origin: FromMemory, leader: leader}, nil
 	}
 	_, onDisk := c.disk[key]
 	c.mu.Unlock()
@@ -280,7 +291,7 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 			}
 			c.addMemLocked(key, data)
 			c.mu.Unlock()
-			return &result{data: data, hit: true, leader: leader}, nil
+			return &result{data: data, origin: FromDisk, leader: leader}, nil
 		}
 		if err == nil || !errors.Is(err, os.ErrNotExist) {
 			c.corrupt.Add(1)
@@ -304,59 +315,26 @@ func (c *Cache) fetchedChunk(ch blockmap.Chunk, data []byte, leader uint64) (*re
 	c.misses.Add(1)
 	c.fetched.Add(int64(len(data)))
 	c.insert(ch.Digest, data)
-	return &result{data: data, fetched: int64(len(data)), leader: leader}, nil
+	return &result{data: data, origin: FromStore, leader: leader}, nil
 }
 
-// Prefetch loads chunks into the cache in the background. Chunks already cached
-// or loading are skipped, and so are chunks beyond the prefetches allowed at once:
-// prefetch never queues work or blocks the caller. It returns how many of the
-// leading chunks of cs are cached or on their way. fetched, if set, is called with
-// the bytes each load moved from the store.
-func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) int {
-	if bs, ok := c.src.(BatchSource); ok && len(cs) > 1 && bs.BatchReads() {
-		if c.prefetchBatch(bs, cs, fetched) {
-			return len(cs)
-		}
-		return 0
-	}
-	for i, ch := range cs {
-		key := ch.Digest.String()
-		c.mu.Lock()
-		_, inMem := c.mem[key]
-		_, onDisk := c.disk[key]
-		c.mu.Unlock()
-		if inMem || onDisk {
-			continue
-		}
-		select {
-		case c.prefetch <- struct{}{}:
-		default:
-			return i
-		}
-		c.pfMu.Lock()
-		if c.closed {
-			c.pfMu.Unlock()
-			<-c.prefetch
-			return i
-		}
-		c.pfWG.Add(1)
-		c.pfMu.Unlock()
-		go func() {
-			defer func() { <-c.prefetch; c.pfWG.Done() }()
-			me := c.tok.Add(1)
-			v, err, _ := c.sf.Do(key, func() (any, error) { return c.load(context.Background(), ch, me) })
-			if err != nil {
-				return
-			}
-			if r := v.(*result); r.leader == me && r.fetched > 0 {
-				c.prefetched.Add(1)
-				if fetched != nil {
-					fetched(r.fetched)
-				}
-			}
-		}()
-	}
-	return len(cs)
+// Cached reports whether the cache holds ch (in memory or on disk), so that a
+// caller deciding what to load ahead can skip it.
+func (c *Cache) Cached(ch blockmap.Chunk) bool {
+	key := ch.Digest.String()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, inMem := c.mem[key]
+	_, onDisk := c.disk[key]
+	return inMem || onDisk
+}
+
+// BatchLoads reports whether Load of several chunks saves requests (the Source
+// can fetch many at once); if not, a caller loading ahead keeps to one chunk per
+// Load.
+func (c *Cache) BatchLoads() bool {
+	bs, ok := c.src.(BatchSource)
+	return ok && bs.BatchReads()
 }
 
 // BatchSource is an optional ability of a Source: fetching several chunks at once
@@ -364,45 +342,64 @@ func (c *Cache) Prefetch(cs []blockmap.Chunk, fetched func(n int64)) int {
 // called once for each distinct chunk, never concurrently.
 type BatchSource interface {
 	FetchMany(ctx context.Context, cs []blockmap.Chunk, fn func(c blockmap.Chunk, data []byte, err error))
-	// BatchReads reports whether FetchMany saves requests; if not, Prefetch keeps
-	// to one fetch per chunk.
+	// BatchReads reports whether FetchMany saves requests.
 	BatchReads() bool
 }
 
-// prefetchBatch is Prefetch through a BatchSource: the chunks not cached go in one
-// background batch, taking one prefetch slot. Each is registered with the
-// singleflight group, so a reader that misses on one of them waits for the batch
-// instead of fetching it again.
-func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(n int64)) bool {
+// Load brings the chunks of cs that the cache lacks into it and waits for them,
+// calling fn once for each distinct chunk with where it came from (FromStore only
+// for the chunks this call fetched: a chunk another load was already bringing is
+// Joined) or why it could not be had. Chunks the cache holds already are reported
+// at once. Through a BatchSource the missing chunks go in one batch; otherwise
+// each is fetched on its own, in parallel. Every missing chunk is registered as
+// loading before anything is fetched, so a reader that misses on one of them
+// from then on waits for this load instead of fetching the chunk again. fn is
+// never called concurrently.
+func (c *Cache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(ch blockmap.Chunk, o Origin, err error)) {
+	var mu sync.Mutex
+	report := func(ch blockmap.Chunk, o Origin, err error) {
+		mu.Lock()
+		defer mu.Unlock()
+		fn(ch, o, err)
+	}
 	var todo []blockmap.Chunk
 	seen := map[digest.Digest]bool{}
-	c.mu.Lock()
 	for _, ch := range cs {
-		key := ch.Digest.String()
-		_, inMem := c.mem[key]
-		_, onDisk := c.disk[key]
-		if !inMem && !onDisk && !seen[ch.Digest] {
-			seen[ch.Digest] = true
-			todo = append(todo, ch)
+		if seen[ch.Digest] {
+			continue
 		}
+		seen[ch.Digest] = true
+		if c.Cached(ch) {
+			report(ch, FromMemory, nil)
+			continue
+		}
+		todo = append(todo, ch)
 	}
-	c.mu.Unlock()
 	if len(todo) == 0 {
-		return true
+		return
 	}
-	select {
-	case c.prefetch <- struct{}{}:
-	default:
-		return false
+	bs, batch := c.src.(BatchSource)
+	if !batch || len(todo) == 1 || !bs.BatchReads() {
+		var wg sync.WaitGroup
+		for _, ch := range todo {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				_, o, err := c.Get(ctx, ch)
+				report(ch, o, err)
+			}()
+		}
+		wg.Wait()
+		return
 	}
-	c.pfMu.Lock()
-	if c.closed {
-		c.pfMu.Unlock()
-		<-c.prefetch
-		return false
-	}
-	c.pfWG.Add(1)
-	c.pfMu.Unlock()
+	c.loadBatch(ctx, bs, todo, report)
+}
+
+// loadBatch is Load through a BatchSource: each chunk is registered with the
+// singleflight group and waits for its delivery from one FetchMany. If a reader
+// is loading one already, its registration joins that load and the batch's copy
+// is dropped.
+func (c *Cache) loadBatch(ctx context.Context, bs BatchSource, todo []blockmap.Chunk, report func(blockmap.Chunk, Origin, error)) {
 	type delivery struct {
 		data []byte
 		err  error
@@ -410,9 +407,6 @@ func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(
 	results := make(map[digest.Digest]chan delivery, len(todo))
 	waits := make([]<-chan singleflight.Result, len(todo))
 	me := c.tok.Add(1)
-	// Registered before returning, so a reader that misses on one of these chunks
-	// from now on joins the batch. If a reader is loading one already, DoChan joins
-	// that load and the batch's copy is dropped.
 	for i, ch := range todo {
 		r := make(chan delivery, 1)
 		results[ch.Digest] = r
@@ -424,27 +418,23 @@ func (c *Cache) prefetchBatch(bs BatchSource, cs []blockmap.Chunk, fetched func(
 			return c.fetchedChunk(ch, d.data, me)
 		})
 	}
-	go func() {
-		defer func() { <-c.prefetch; c.pfWG.Done() }()
-		bs.FetchMany(context.Background(), todo, func(ch blockmap.Chunk, data []byte, err error) {
-			if r, ok := results[ch.Digest]; ok {
-				r <- delivery{data, err}
-			}
-		})
-		for _, w := range waits {
-			v := <-w
-			if v.Err != nil {
-				continue
-			}
-			if r := v.Val.(*result); r.leader == me && r.fetched > 0 {
-				c.prefetched.Add(1)
-				if fetched != nil {
-					fetched(r.fetched)
-				}
-			}
+	bs.FetchMany(ctx, todo, func(ch blockmap.Chunk, data []byte, err error) {
+		if r, ok := results[ch.Digest]; ok {
+			r <- delivery{data, err}
 		}
-	}()
-	return true
+	})
+	for i, w := range waits {
+		v := <-w
+		if v.Err != nil {
+			report(todo[i], 0, v.Err)
+			continue
+		}
+		o := Joined
+		if r := v.Val.(*result); r.leader == me {
+			o = r.origin
+		}
+		report(todo[i], o, nil)
+	}
 }
 
 // Put adds a chunk the caller already holds (e.g. one it just uploaded), verified.
@@ -567,7 +557,7 @@ func (c *Cache) Stats() Stats {
 	defer c.mu.Unlock()
 	return Stats{
 		MemHits: c.memHits.Load(), DiskHits: c.diskHits.Load(), Misses: c.misses.Load(),
-		FetchedBytes: c.fetched.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load(), Prefetched: c.prefetched.Load(),
+		FetchedBytes: c.fetched.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load(),
 		DiskBytes: c.probation.bytes + c.protected.bytes, DiskChunks: len(c.disk),
 		MemBytes: c.memLRU.bytes, MaxBytes: c.max,
 	}

@@ -75,11 +75,13 @@ func TestHitMissAndSharedFetch(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			p := make([]byte, 100)
-			_, f, err := c.ReadChunk(context.Background(), ch, p, 50)
+			o, err := c.ReadChunk(context.Background(), ch, p, 50)
 			if err != nil {
 				t.Error(err)
 			}
-			fetched.Add(f)
+			if o == FromStore {
+				fetched.Add(ch.Size)
+			}
 		}()
 	}
 	close(src.gate)
@@ -90,9 +92,9 @@ func TestHitMissAndSharedFetch(t *testing.T) {
 	if fetched.Load() != 8192 {
 		t.Fatalf("fetched bytes attributed %d, want 8192 once", fetched.Load())
 	}
-	hit, f, err := c.ReadChunk(context.Background(), ch, make([]byte, 10), 0)
-	if err != nil || !hit || f != 0 {
-		t.Fatalf("second read: hit=%v fetched=%d err=%v", hit, f, err)
+	o, err := c.ReadChunk(context.Background(), ch, make([]byte, 10), 0)
+	if err != nil || o != FromMemory {
+		t.Fatalf("second read: from %v, err=%v; want memory", o, err)
 	}
 }
 
@@ -102,7 +104,7 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	c := openCache(t, Options{Dir: dir, MaxBytes: 1 << 20}, src)
 	ch := src.add(t, 4096)
 	want := src.chunks[ch.Digest]
-	if _, _, err := c.ReadChunk(context.Background(), ch, make([]byte, 4096), 0); err != nil {
+	if _, err := c.ReadChunk(context.Background(), ch, make([]byte, 4096), 0); err != nil {
 		t.Fatal(err)
 	}
 	c.Close()
@@ -113,7 +115,7 @@ func TestCorruptFileIsRefetchedNotServed(t *testing.T) {
 	os.WriteFile(p, b, 0o600)
 	c2 := openCache(t, Options{Dir: dir, MaxBytes: 1 << 20}, src)
 	got := make([]byte, 4096)
-	if _, _, err := c2.ReadChunk(context.Background(), ch, got, 0); err != nil {
+	if _, err := c2.ReadChunk(context.Background(), ch, got, 0); err != nil {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
@@ -145,7 +147,7 @@ func TestEvictionBoundAndHotness(t *testing.T) {
 	before := src.n.Load()
 	c.Flush()
 	c.DropMemory()
-	if hit, _, _ := c.ReadChunk(ctx, hot, make([]byte, 1), 0); !hit || src.n.Load() != before {
+	if o, _ := c.ReadChunk(ctx, hot, make([]byte, 1), 0); o != FromDisk || src.n.Load() != before {
 		t.Fatal("a hot chunk was evicted by a scan of cold ones")
 	}
 }
@@ -153,7 +155,7 @@ func TestEvictionBoundAndHotness(t *testing.T) {
 func TestMissingChunkError(t *testing.T) {
 	src := newSource()
 	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
-	_, _, err := c.ReadChunk(context.Background(), blockmap.Chunk{Digest: digest.FromString("x"), Size: 4096}, make([]byte, 1), 0)
+	_, err := c.ReadChunk(context.Background(), blockmap.Chunk{Digest: digest.FromString("x"), Size: 4096}, make([]byte, 1), 0)
 	if !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("got %v", err)
 	}
@@ -174,7 +176,7 @@ func TestLoadFinishingAfterClose(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		_, _, err := c.ReadChunk(ctx, ch, make([]byte, 1), 0)
+		_, err := c.ReadChunk(ctx, ch, make([]byte, 1), 0)
 		done <- err
 	}()
 	for src.n.Load() == 0 { // the load has started

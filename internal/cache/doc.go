@@ -9,9 +9,13 @@
 // file whose bytes no longer match its digest is dropped with a log line and fetched
 // again, never served. Concurrent misses of one chunk share one fetch.
 //
-// Chunks asked for ahead (Prefetch) go to the Source as one batch when it can batch
-// (BatchSource), so a store that packs chunks serves neighbours in one request.
+// Every read reports where its chunk came from (Origin: memory, disk, the store, or
+// another load in flight), so the caller can account for the bytes its reads moved.
+// Load brings several chunks in at once, through the Source as one batch when it
+// can batch (BatchSource), so a store that packs chunks serves neighbours in one
+// request.
 //
-// The cache never decides what to fetch ahead (that is prefetch's job) and never
-// writes to the store.
+// The cache never decides what to fetch ahead, runs nothing in the background but
+// its disk writes (package prefetch owns fetching ahead and its goroutines), and
+// never writes to the store.
 package cache

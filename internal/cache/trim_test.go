@@ -30,7 +30,7 @@ func TestTrim(t *testing.T) {
 	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	ctx := context.Background()
 	for _, ch := range chunks {
-		if _, _, _, err := c.Get(ctx, ch); err != nil {
+		if _, _, err := c.Get(ctx, ch); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -45,7 +45,8 @@ func TestTrim(t *testing.T) {
 	}
 	c.DropMemory()
 	for i, ch := range chunks {
-		data, hit, _, err := c.Get(ctx, ch)
+		data, o, err := c.Get(ctx, ch)
+		hit := o.Hit()
 		if err != nil || data[0] != byte(i) {
 			t.Fatalf("chunk %d after trim: %v", i, err)
 		}

@@ -160,7 +160,11 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 func volumeOf(v node.VolumeInfo) api.Volume {
 	return api.Volume{ID: v.ID, Labels: v.Labels, Base: v.Base, Size: v.Size, Mounted: v.Mountpoint != "",
 		ReadOnly: v.ReadOnly, Mountpoint: v.Mountpoint, Device: v.Device, File: v.File, Created: v.Created,
-		Stats: api.VolumeStats(v.Stats)}
+		Stats: api.VolumeStats{ReadBytes: v.Stats.ReadBytes, WrittenBytes: v.Stats.WrittenBytes,
+			BaseReadBytes: v.Stats.BaseReadBytes, FetchedBytes: v.Stats.FetchedBytes,
+			CacheHits: v.Stats.CacheHits, CacheMisses: v.Stats.CacheMisses,
+			DeltaBytes: v.Stats.DeltaBytes, DeltaRuns: v.Stats.DeltaRuns,
+			BaseReadRuns: v.Stats.BaseReadRuns, BaseReadRunsTruncated: v.Stats.BaseReadRunsTruncated}}
 }
 
 func (s *Server) listVolumes(w http.ResponseWriter, r *http.Request) {
@@ -311,7 +315,7 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	st := s.node.Stats()
 	rss, peak := memory()
 	writeJSON(w, 200, api.NodeStats{Cache: api.CacheStats(st.Cache), Fetch: api.FetchStats(st.Fetch),
-		Volumes: st.Volumes, Mounted: st.Mounted, RSSBytes: rss, PeakRSS: peak})
+		Prefetch: api.PrefetchStats(st.Prefetch), Volumes: st.Volumes, Mounted: st.Mounted, RSSBytes: rss, PeakRSS: peak})
 }
 
 // memory returns this process's resident set size and its peak, from /proc.

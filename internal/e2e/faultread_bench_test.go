@@ -132,7 +132,7 @@ func BenchmarkColdReadThroughProxy(b *testing.B) {
 			samples = append(samples, s)
 			fmt.Fprintf(os.Stderr, "run %d, %3d ms RTT: read %d MiB in %.2fs (%.0f MB/s), fetched %d MiB in %d requests (%d chunks read ahead, %d waited for); %.2fx the bound\n",
 				run, rtt.Milliseconds(), n>>20, s.secs, float64(n)/s.secs/1e6, s.fetched>>20, s.reqs,
-				after.Cache.Prefetched-before.Cache.Prefetched, after.Cache.Misses-before.Cache.Misses-(after.Cache.Prefetched-before.Cache.Prefetched), s.secs/bound)
+				ahead(after)-ahead(before), after.Cache.Misses-before.Cache.Misses-(ahead(after)-ahead(before)), s.secs/bound)
 		}
 	}
 	proxy.SetLatency(0)
@@ -181,3 +181,6 @@ func readTree(root string) (time.Duration, int64, error) {
 	})
 	return time.Since(start), total, err
 }
+
+// ahead is how many chunks the node fetched ahead of its readers.
+func ahead(st api.NodeStats) int64 { return st.Prefetch.ReadaheadChunks + st.Prefetch.ReplayedChunks }

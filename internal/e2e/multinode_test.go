@@ -31,7 +31,7 @@ func (n node) cli(want int, args ...string) string {
 }
 
 // fetched is what the node's fetcher moved from the store so far, and how many
-// chunks of it the cache's readahead asked for.
+// chunks of it were fetched ahead (readahead and start-up trace replays).
 func (n node) fetched() (bytes, prefetched int64) {
 	n.t.Helper()
 	var info struct {
@@ -39,15 +39,16 @@ func (n node) fetched() (bytes, prefetched int64) {
 			Fetch struct {
 				FetchedBytes int64 `json:"fetched_bytes"`
 			} `json:"fetch"`
-			Cache struct {
-				Prefetched int64 `json:"prefetched"`
-			} `json:"cache"`
+			Prefetch struct {
+				Readahead int64 `json:"readahead_chunks"`
+				Replayed  int64 `json:"replayed_chunks"`
+			} `json:"prefetch"`
 		} `json:"stats"`
 	}
 	if err := json.Unmarshal([]byte(n.cli(0, "info", "--json")), &info); err != nil {
 		n.t.Fatal(err)
 	}
-	return info.Stats.Fetch.FetchedBytes, info.Stats.Cache.Prefetched
+	return info.Stats.Fetch.FetchedBytes, info.Stats.Prefetch.Readahead + info.Stats.Prefetch.Replayed
 }
 
 // freeAddr returns ip:PORT for a port free on ip a moment ago.

@@ -20,6 +20,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/fusefs"
 	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/prefetch"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -44,6 +45,8 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	engine := prefetch.New(c, prefetch.Options{})
+	t.Cleanup(func() { engine.Close(context.Background()) })
 	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
 		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
@@ -95,7 +98,7 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 		return mnt, cleanup
 	}
 
-	blank, err := volume.Create(filepath.Join(dir, "vols", "blank"), "", nil, size, c)
+	blank, err := volume.Create(filepath.Join(dir, "vols", "blank"), "", nil, size, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +118,7 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 		size>>20, empty.Map.DataSize(), len(empty.Map.Chunks), empty.EncodedMapLen)
 
 	// Clone, write files, snapshot.
-	a, err := volume.Create(filepath.Join(dir, "vols", "a"), empty.ID, empty.Map, size, c)
+	a, err := volume.Create(filepath.Join(dir, "vols", "a"), empty.ID, empty.Map, size, engine.Open("test", empty.Map))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 	t.Logf("snapshot after writing files: %d bytes examined, %d uploaded in %d chunks", snapA.DeltaBytes, snapA.NewBytes, snapA.NewChunks)
 
 	// Clone that snapshot (on a cold cache) and read the files back.
-	b, err := volume.Create(filepath.Join(dir, "vols", "b"), snapA.ID, snapA.Map, size, c)
+	b, err := volume.Create(filepath.Join(dir, "vols", "b"), snapA.ID, snapA.Map, size, engine.Open("test", snapA.Map))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -203,6 +206,8 @@ func TestConcurrentDirectIOThroughLoop(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	engine := prefetch.New(c, prefetch.Options{})
+	t.Cleanup(func() { engine.Close(context.Background()) })
 	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
 		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
 		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
@@ -221,7 +226,7 @@ func TestConcurrentDirectIOThroughLoop(t *testing.T) {
 	// A base snapshot of random data, written straight into a volume.
 	want := make([]byte, size)
 	rand.Read(want)
-	base, err := volume.Create(filepath.Join(dir, "vols", "base"), "", nil, size, c)
+	base, err := volume.Create(filepath.Join(dir, "vols", "base"), "", nil, size, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -232,7 +237,7 @@ func TestConcurrentDirectIOThroughLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := volume.Create(filepath.Join(dir, "vols", "clone"), snap.ID, snap.Map, size, c)
+	v, err := volume.Create(filepath.Join(dir, "vols", "clone"), snap.ID, snap.Map, size, engine.Open("test", snap.Map))
 	if err != nil {
 		t.Fatal(err)
 	}

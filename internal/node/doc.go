@@ -1,7 +1,8 @@
 // Package node is one machine's Slacker state and the operations on it: volumes
 // cloned from snapshots, served as files through FUSE, attached to loop devices and
-// mounted as ext4; snapshots of volumes; blank filesystems; the shared chunk cache
-// and fetcher; and reconciliation after a crash.
+// mounted as ext4; snapshots of volumes; blank filesystems; the shared chunk cache,
+// fetcher and prefetch engine (each volume reads its base through a
+// prefetch.Reader); and reconciliation after a crash.
 //
 // Layout under the node root (Config.Root):
 //

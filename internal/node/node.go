@@ -24,6 +24,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/fusefs"
 	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/prefetch"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
 )
@@ -49,7 +50,7 @@ type Config struct {
 	Fetch         fetch.Options
 	Lease         LeaseConfig // the node's lease in the store (garbage collection)
 	// StartupWindow is how long a container volume's reads are recorded as its
-	// image's start-up trace (0: DefaultStartupWindow; negative: no traces are
+	// image's start-up trace (0: prefetch.DefaultStartupWindow; negative: no traces are
 	// recorded or replayed).
 	StartupWindow time.Duration
 	Logger        *slog.Logger
@@ -72,37 +73,42 @@ type VolumeInfo struct {
 	Mountpoint string        `json:"mountpoint,omitempty"`
 	Device     string        `json:"device,omitempty"`
 	File       string        `json:"file"`
-	Stats      volume.Stats  `json:"stats"`
+	Stats      VolumeStats   `json:"stats"`
+}
+
+// VolumeStats are a volume's counters: its guest's reads and writes and its delta
+// (package volume), and what its reads of the base read and moved (package prefetch).
+type VolumeStats struct {
+	volume.Stats
+	prefetch.ReadStats
 }
 
 // Node is safe for concurrent use.
 type Node struct {
-	cfg     Config
-	log     *slog.Logger
-	fetcher *fetch.Fetcher
-	cache   *cache.Cache
-	fs      *fusefs.FS
-	lease   *leaser // nil if the store keeps no records
+	cfg      Config
+	log      *slog.Logger
+	fetcher  *fetch.Fetcher
+	cache    *cache.Cache
+	prefetch *prefetch.Engine
+	fs       *fusefs.FS
+	lease    *leaser // nil if the store keeps no records
 
 	mapsMu sync.Mutex
 	maps   map[digest.Digest]*blockmap.Map
 
 	mu   sync.Mutex
 	vols map[string]*vol
-
-	bg sync.WaitGroup // start-up trace lookups, replays and writes
 }
 
 type vol struct {
 	mu   sync.Mutex // serializes mount, unmount, snapshot, delete
 	v    *volume.Volume
+	r    *prefetch.Reader // reads v's base and fetches ahead of it
 	rec  Record
 	dev  string // loop device while mounted
 	mnt  string
 	file string // FUSE file
 	gone bool
-	// startup is a container volume's start-up trace (nil for other volumes).
-	startup *startup
 }
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
@@ -125,9 +131,6 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.DefaultSize <= 0 {
 		cfg.DefaultSize = 10 << 30
-	}
-	if cfg.StartupWindow == 0 {
-		cfg.StartupWindow = DefaultStartupWindow
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -154,6 +157,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
+	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(), Logger: log}
+	if refs, ok := cfg.Store.(store.Refs); ok {
+		popts.Traces = refs
+	}
+	n.prefetch = prefetch.New(n.cache, popts)
 	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
 		Logger:       log,
 		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
@@ -251,12 +259,14 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 				continue
 			}
 		}
-		v, err := volume.Open(dir, base, n.cache)
+		r := n.baseReader(id, base)
+		v, err := volume.Open(dir, base, r)
 		if err != nil {
+			r.Close()
 			n.log.Error("volume-unreadable", "volume", id, "err", err)
 			continue
 		}
-		x := &vol{v: v, rec: rec}
+		x := &vol{v: v, r: r, rec: rec}
 		if x.file, err = n.fs.Add(id, v); err != nil {
 			v.Close()
 			return err
@@ -387,8 +397,10 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrExists)
 	}
 	dir := n.volDir(id)
-	v, err := volume.Create(dir, opts.Snapshot, base, size, n.cache)
+	r := n.baseReader(id, base)
+	v, err := volume.Create(dir, opts.Snapshot, base, size, r)
 	if err != nil {
+		r.Close()
 		if errors.Is(err, os.ErrExist) {
 			return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrExists)
 		}
@@ -396,27 +408,34 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	}
 	rec := Record{ID: id, Labels: opts.Labels, Created: time.Now().UTC()}
 	if err := writeRecord(dir, rec); err != nil {
+		r.Close()
 		v.Delete()
 		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
 	}
-	x := &vol{v: v, rec: rec}
+	x := &vol{v: v, r: r, rec: rec}
 	if x.file, err = n.fs.Add(id, v); err != nil {
+		r.Close()
 		v.Delete()
 		return VolumeInfo{}, err
 	}
 	n.vols[id] = x
 	if opts.Startup {
-		x.startup = n.startStartup(x, opts.Snapshot, opts.StartupFallback)
+		r.BeginStartup(opts.Snapshot, opts.StartupFallback)
 	}
 	n.lease.poke()
-	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size, "startup_trace", x.startup != nil)
+	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size, "startup", opts.Startup)
 	return x.info(), nil
 }
 
 func (x *vol) info() VolumeInfo {
 	m := x.v.Meta()
 	return VolumeInfo{Record: x.rec, Base: m.Base, Size: m.Size, Mountpoint: x.mnt, Device: x.dev,
-		File: x.file, Stats: x.v.Stats()}
+		File: x.file, Stats: VolumeStats{Stats: x.v.Stats(), ReadStats: x.r.Stats()}}
+}
+
+// baseReader returns the reader of volume id's base snapshot (nil: a blank volume).
+func (n *Node) baseReader(id string, base *blockmap.Map) *prefetch.Reader {
+	return n.prefetch.Open(id, base)
 }
 
 func (n *Node) get(id string) (*vol, error) {
@@ -703,7 +722,7 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 	if err := n.unmountLocked(x); err != nil {
 		return err
 	}
-	x.startup.end() // before the volume goes: it writes what the volume read
+	x.r.Close() // before the volume goes: a start-up trace is written from what it read
 	if err := n.fs.Remove(id); err != nil {
 		n.log.Warn("fuse-remove-failed", "volume", id, "err", err)
 	}
@@ -742,14 +761,15 @@ func (n *Node) MakeFilesystem(ctx context.Context, size int64) (*volume.Snapshot
 
 // Stats are node-wide counters.
 type Stats struct {
-	Cache   cache.Stats `json:"cache"`
-	Fetch   fetch.Stats `json:"fetch"`
-	Volumes int         `json:"volumes"`
-	Mounted int         `json:"mounted"`
+	Cache    cache.Stats    `json:"cache"`
+	Fetch    fetch.Stats    `json:"fetch"`
+	Prefetch prefetch.Stats `json:"prefetch"`
+	Volumes  int            `json:"volumes"`
+	Mounted  int            `json:"mounted"`
 }
 
 func (n *Node) Stats() Stats {
-	s := Stats{Cache: n.cache.Stats(), Fetch: n.fetcher.Stats()}
+	s := Stats{Cache: n.cache.Stats(), Fetch: n.fetcher.Stats(), Prefetch: n.prefetch.Stats()}
 	for _, v := range n.Volumes() {
 		s.Volumes++
 		if v.Mountpoint != "" {
@@ -769,18 +789,9 @@ func (n *Node) Root() string { return n.cfg.Root }
 // again), closes them and unmounts the FUSE directory.
 func (n *Node) Close(ctx context.Context) error {
 	// Start-up traces being looked up or written finish first (each is bounded by
-	// its own deadline); replays stop.
-	n.mu.Lock()
-	for _, x := range n.vols {
-		x.startup.stop()
-	}
-	n.mu.Unlock()
-	bgDone := make(chan struct{})
-	go func() { n.bg.Wait(); close(bgDone) }()
-	select {
-	case <-bgDone:
-	case <-ctx.Done():
-	case <-time.After(30 * time.Second):
+	// its own deadline); replays and loads ahead stop.
+	if n.prefetch != nil {
+		n.prefetch.Close(ctx)
 	}
 	n.lease.close()
 	n.mu.Lock()
@@ -815,4 +826,18 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// replayBudget bounds what one replay may prefetch: half the disk tier when there
+// is one, else half the memory tier (more could evict what it fetched before the
+// container reads it).
+func (n *Node) replayBudget() int64 {
+	if n.cfg.CacheNoDisk {
+		mem := n.cfg.CacheMemBytes
+		if mem <= 0 {
+			mem = 64 << 20 // the cache's default
+		}
+		return max(mem/2, 1<<20)
+	}
+	return max(n.cfg.CacheBytes/2, 1<<20)
 }

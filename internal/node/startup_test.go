@@ -120,9 +120,9 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img.ID, Startup: true}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); n2.Cache().Stats().Prefetched < int64(len(tr.Chunks)); {
+	for deadline := time.Now().Add(10 * time.Second); n2.Stats().Prefetch.ReplayedChunks < int64(len(tr.Chunks)); {
 		if time.Now().After(deadline) {
-			t.Fatalf("prefetched %d of the trace's %d chunks", n2.Cache().Stats().Prefetched, len(tr.Chunks))
+			t.Fatalf("prefetched %d of the trace's %d chunks", n2.Stats().Prefetch.ReplayedChunks, len(tr.Chunks))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -163,9 +163,9 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 		StartupFallback: []digest.Digest{img2.ID, img.ID}}); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(10 * time.Second); n3.Cache().Stats().Prefetched < int64(len(tr.Chunks)); {
+	for deadline := time.Now().Add(10 * time.Second); n3.Stats().Prefetch.ReplayedChunks < int64(len(tr.Chunks)); {
 		if time.Now().After(deadline) {
-			t.Fatalf("the change's clone prefetched %d of its parent's trace's %d chunks", n3.Cache().Stats().Prefetched, len(tr.Chunks))
+			t.Fatalf("the change's clone prefetched %d of its parent's trace's %d chunks", n3.Stats().Prefetch.ReplayedChunks, len(tr.Chunks))
 		}
 		time.Sleep(10 * time.Millisecond)
 	}

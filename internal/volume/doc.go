@@ -1,8 +1,8 @@
 // Package volume implements Slacker's writable volumes: a clone of a snapshot plus a
 // local copy-on-write delta.
 //
-// A volume reads as its base snapshot (a block map, read through a ChunkReader such as
-// the node's chunk cache) overlaid with the blocks written to it. Writes go to the
+// A volume reads as its base snapshot (read through a BaseReader: the node gives
+// each volume one from package prefetch) overlaid with the blocks written to it. Writes go to the
 // delta at BlockSize (4 KiB) granularity, whatever the size of the file the guest
 // filesystem is changing: a sparse data file holding written blocks at their own
 // offsets, and a journal of which blocks are present. Clone is O(1) (two empty files
@@ -17,6 +17,7 @@
 // and dropped.
 //
 // Memory per volume is proportional to the base map's extent count plus the number of
-// written runs, never to the data. This package never mounts anything, never talks to
-// FUSE and never fetches chunks itself.
+// written runs, never to the data. This package does copy-on-write only: it never
+// mounts anything, never talks to FUSE, never looks chunks up or fetches them, and
+// never decides what to read ahead.
 package volume

@@ -9,14 +9,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
-	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
@@ -33,26 +30,13 @@ var (
 	ErrClosed = errors.New("volume closed")
 )
 
-// ChunkReader reads verified bytes of base chunks. The node's chunk cache implements
-// it. Implementations must be safe for concurrent use.
-type ChunkReader interface {
-	// ReadChunk fills p with bytes [off, off+len(p)) of chunk c, and reports
-	// whether they were already cached and how many bytes it fetched to serve them.
-	ReadChunk(ctx context.Context, c blockmap.Chunk, p []byte, off int64) (hit bool, fetched int64, err error)
+// BaseReader reads the volume's base snapshot: verified bytes, holes and anything
+// past the base's end as zeros. The node gives each volume one (package prefetch's
+// Reader, which also fetches ahead and accounts for what the volume read). It must
+// be safe for concurrent use.
+type BaseReader interface {
+	ReadAt(ctx context.Context, p []byte, off int64) error
 }
-
-// Prefetcher is an optional ability of a ChunkReader: start loading chunks in the
-// background, without waiting, calling fetched with the bytes each load moved. It
-// returns how many of the leading chunks are cached or on their way (it may take
-// fewer than asked when busy).
-type Prefetcher interface {
-	Prefetch(cs []blockmap.Chunk, fetched func(n int64)) int
-}
-
-// maxReadaheadBytes bounds what is fetched ahead of a sequential reader: 16 MiB
-// keeps a 1 Gbit/s link with a 50 ms round trip busy (its bandwidth-delay product
-// is 6 MB; docs/BENCHMARKS.md) and is a quarter of the default memory tier.
-const maxReadaheadBytes = 16 << 20
 
 // Meta is the persistent record of a volume (volume.json).
 type Meta struct {
@@ -64,34 +48,21 @@ type Meta struct {
 
 const metaVersion = 1
 
-// Stats are a volume's counters since it was opened.
+// Stats are a volume's counters since it was opened. What its reads of the base
+// moved is its BaseReader's to count.
 type Stats struct {
-	ReadBytes     int64 `json:"read_bytes"`      // bytes read by the guest
-	WrittenBytes  int64 `json:"written_bytes"`   // bytes written by the guest
-	BaseReadBytes int64 `json:"base_read_bytes"` // bytes read from the base snapshot (not holes)
-	FetchedBytes  int64 `json:"fetched_bytes"`   // bytes fetched from the store for this volume
-	CacheHits     int64 `json:"cache_hits"`      // base chunk reads served by the node cache
-	CacheMisses   int64 `json:"cache_misses"`    // base chunk reads that fetched from the store
-	DeltaBytes    int64 `json:"delta_bytes"`     // bytes of blocks present in the delta
-	DeltaRuns     int64 `json:"delta_runs"`      // runs of the delta's block set (metadata size)
-	// BaseReadRuns are the blocks read from the base snapshot, as sorted, disjoint
-	// half-open runs of block numbers [start, end) (BlockSize units): which of the
-	// image a container read, e.g. to compare two runs. At most MaxReadRuns runs are
-	// kept; BaseReadRunsTruncated says that later reads were not recorded.
-	BaseReadRuns          [][2]int64 `json:"base_read_runs,omitempty"`
-	BaseReadRunsTruncated bool       `json:"base_read_runs_truncated,omitempty"`
+	ReadBytes    int64 `json:"read_bytes"`    // bytes read by the guest
+	WrittenBytes int64 `json:"written_bytes"` // bytes written by the guest
+	DeltaBytes   int64 `json:"delta_bytes"`   // bytes of blocks present in the delta
+	DeltaRuns    int64 `json:"delta_runs"`    // runs of the delta's block set (metadata size)
 }
-
-// MaxReadRuns bounds the runs of base blocks read that a volume records (about 16
-// bytes each), so a volume read at random cannot grow its record without bound.
-var MaxReadRuns = 16384
 
 // Volume is an open writable volume. All methods are safe for concurrent use.
 type Volume struct {
 	dir    string
 	meta   Meta
 	base   *blockmap.Map
-	chunks ChunkReader
+	reader BaseReader
 	data   *os.File
 
 	mu      sync.Mutex // guards present, pending
@@ -108,70 +79,13 @@ type Volume struct {
 
 	closed atomic.Bool
 
-	raMu     sync.Mutex
-	raEnd    int64        // end of the reader's stream: the furthest base read that followed the last
-	raStreak int          // consecutive base reads that followed one another
-	raAhead  int64        // end of what was last requested ahead of the stream
-	raPaused atomic.Int64 // no readahead before this time (unix ns; see PauseReadahead)
-
-	readBytes, writtenBytes, baseReadBytes, fetchedBytes, hits, misses atomic.Int64
-
-	traceMu   sync.Mutex
-	baseReads *runSet // blocks read from the base (see Stats.BaseReadRuns)
-	truncated bool    // baseReads reached MaxReadRuns
-
-	startUntil  atomic.Int64 // record start-up reads until then (unix ns; 0: not recording)
-	startMu     sync.Mutex
-	startMax    int
-	startSeen   map[digest.Digest]bool
-	startChunks []blockmap.Chunk
-}
-
-// RecordStartup makes the volume record, for window from now, the base chunks it
-// reads in the order it first reads them, up to max chunks (package trace).
-func (v *Volume) RecordStartup(window time.Duration, max int) {
-	v.startMu.Lock()
-	defer v.startMu.Unlock()
-	v.startMax, v.startSeen = max, map[digest.Digest]bool{}
-	v.startUntil.Store(time.Now().Add(window).UnixNano())
-}
-
-// PauseReadahead turns sequential readahead off for d: while a start-up trace is
-// replayed, it already fetches what the reader will read, and readahead would
-// only fetch past it.
-func (v *Volume) PauseReadahead(d time.Duration) {
-	v.raPaused.Store(time.Now().Add(d).UnixNano())
-}
-
-// AddFetched counts n bytes fetched from the store on the volume's behalf (a
-// prefetch made for it elsewhere, e.g. a start-up trace's replay).
-func (v *Volume) AddFetched(n int64) { v.fetchedBytes.Add(n) }
-
-// StartupChunks returns the chunks recorded since RecordStartup, in first-read order.
-func (v *Volume) StartupChunks() []blockmap.Chunk {
-	v.startMu.Lock()
-	defer v.startMu.Unlock()
-	return slices.Clone(v.startChunks)
-}
-
-func (v *Volume) recordStartup(c blockmap.Chunk) {
-	// Off the lock: once the window has closed, a read pays one atomic load.
-	if until := v.startUntil.Load(); until == 0 || time.Now().UnixNano() > until {
-		return
-	}
-	v.startMu.Lock()
-	defer v.startMu.Unlock()
-	if v.startSeen[c.Digest] || len(v.startChunks) >= v.startMax {
-		return
-	}
-	v.startSeen[c.Digest] = true
-	v.startChunks = append(v.startChunks, c)
+	readBytes, writtenBytes atomic.Int64
 }
 
 // Create makes a new volume in dir (which must not exist): a clone of the snapshot
-// base (digest baseID, or nil/"" for a blank volume) with the given virtual size.
-// No data is copied.
-func Create(dir string, baseID digest.Digest, base *blockmap.Map, size int64, chunks ChunkReader) (*Volume, error) {
+// base (digest baseID, or nil/"" for a blank volume) with the given virtual size,
+// reading base through r (nil for a blank volume). No data is copied.
+func Create(dir string, baseID digest.Digest, base *blockmap.Map, size int64, r BaseReader) (*Volume, error) {
 	if size <= 0 || size%BlockSize != 0 || size > blockmap.MaxSize {
 		return nil, fmt.Errorf("create volume: size %d is not a positive multiple of %d", size, BlockSize)
 	}
@@ -202,7 +116,7 @@ func Create(dir string, baseID digest.Digest, base *blockmap.Map, size int64, ch
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("create volume %s: %w", dir, err)
 	}
-	return Open(dir, base, chunks)
+	return Open(dir, base, r)
 }
 
 // ReadMeta reads a volume's record without opening it.
@@ -248,8 +162,9 @@ func writeMeta(dir string, m Meta) error {
 	return syncDir(dir)
 }
 
-// Open opens an existing volume. base must be the map of Meta.Base (nil if blank).
-func Open(dir string, base *blockmap.Map, chunks ChunkReader) (*Volume, error) {
+// Open opens an existing volume. base must be the map of Meta.Base (nil if blank),
+// read through r (nil if blank).
+func Open(dir string, base *blockmap.Map, r BaseReader) (*Volume, error) {
 	meta, err := ReadMeta(dir)
 	if err != nil {
 		return nil, err
@@ -259,6 +174,12 @@ func Open(dir string, base *blockmap.Map, chunks ChunkReader) (*Volume, error) {
 	}
 	if base == nil {
 		base = blockmap.Empty(0)
+	}
+	if r == nil {
+		if meta.Base != "" {
+			return nil, fmt.Errorf("open volume %s: no reader for its base snapshot %s", dir, meta.Base)
+		}
+		r = zeros{}
 	}
 	if base.Size > meta.Size {
 		return nil, fmt.Errorf("open volume %s: base of %d bytes exceeds volume size %d", dir, base.Size, meta.Size)
@@ -273,8 +194,8 @@ func Open(dir string, base *blockmap.Map, chunks ChunkReader) (*Volume, error) {
 		data.Close()
 		return nil, fmt.Errorf("open volume %s: %w", dir, err)
 	}
-	v := &Volume{dir: dir, meta: meta, base: base, chunks: chunks, data: data, journal: journal,
-		present: newRunSet(), synced: newRunSet(), baseReads: newRunSet()}
+	v := &Volume{dir: dir, meta: meta, base: base, reader: r, data: data, journal: journal,
+		present: newRunSet(), synced: newRunSet()}
 	n, err := replayJournal(journal, v.synced, meta.Size/BlockSize)
 	if err != nil {
 		data.Close()
@@ -303,38 +224,15 @@ func (v *Volume) Stats() Stats {
 	v.mu.Lock()
 	delta, runs := v.present.count()*BlockSize, int64(v.present.len())
 	v.mu.Unlock()
-	st := Stats{
-		ReadBytes: v.readBytes.Load(), WrittenBytes: v.writtenBytes.Load(),
-		BaseReadBytes: v.baseReadBytes.Load(), FetchedBytes: v.fetchedBytes.Load(),
-		CacheHits: v.hits.Load(), CacheMisses: v.misses.Load(),
-		DeltaBytes: delta, DeltaRuns: runs,
-	}
-	v.traceMu.Lock()
-	if n := v.baseReads.len(); n > 0 {
-		st.BaseReadRuns = make([][2]int64, 0, n)
-		for _, r := range v.baseReads.runs() {
-			st.BaseReadRuns = append(st.BaseReadRuns, [2]int64{r.start, r.end})
-		}
-	}
-	st.BaseReadRunsTruncated = v.truncated
-	v.traceMu.Unlock()
-	return st
+	return Stats{ReadBytes: v.readBytes.Load(), WrittenBytes: v.writtenBytes.Load(), DeltaBytes: delta, DeltaRuns: runs}
 }
 
-// traceBaseRead records that the blocks covering [off, off+n) were read from the
-// base, until MaxReadRuns runs are recorded.
-func (v *Volume) traceBaseRead(off, n int64) {
-	v.traceMu.Lock()
-	defer v.traceMu.Unlock()
-	if v.truncated {
-		return
-	}
-	start, end := off/BlockSize, (off+n+BlockSize-1)/BlockSize
-	if v.baseReads.len() >= MaxReadRuns && !v.baseReads.touches(start, end) {
-		v.truncated = true
-		return
-	}
-	v.baseReads.add(start, end)
+// zeros is the base of a blank volume.
+type zeros struct{}
+
+func (zeros) ReadAt(ctx context.Context, p []byte, off int64) error {
+	clear(p)
+	return nil
 }
 
 // ReadAt reads len(p) bytes at off. Reads past the end are short with io.EOF.
@@ -371,127 +269,12 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 			}
 			continue
 		}
-		if err := v.readBase(ctx, dst, s.from); err != nil {
+		if err := v.reader.ReadAt(ctx, dst, s.from); err != nil {
 			return 0, err
 		}
 	}
 	v.readBytes.Add(int64(len(p)))
 	return len(p), eof
-}
-
-// readBase fills dst with the base snapshot's bytes at off.
-func (v *Volume) readBase(ctx context.Context, dst []byte, off int64) error {
-	clear(dst)
-	pieces := v.base.Lookup(off, int64(len(dst)))
-	data := 0
-	for _, pc := range pieces {
-		if !pc.Hole {
-			data++
-		}
-	}
-	// One read is one access for readahead, however many chunks it spans.
-	for i := len(pieces) - 1; i >= 0; i-- {
-		if !pieces[i].Hole {
-			v.readahead(off, pieces[i])
-			break
-		}
-	}
-	read := func(ctx context.Context, pc blockmap.Piece) error {
-		hit, fetched, err := v.chunks.ReadChunk(ctx, pc.Chunk, dst[pc.Offset-off:pc.Offset-off+pc.Length], pc.ChunkOffset)
-		if err != nil {
-			return fmt.Errorf("read base at %d: %w", pc.Offset, err)
-		}
-		v.baseReadBytes.Add(pc.Length)
-		v.traceBaseRead(pc.Offset, pc.Length)
-		v.recordStartup(pc.Chunk)
-		v.fetchedBytes.Add(fetched)
-		if hit {
-			v.hits.Add(1)
-		} else {
-			v.misses.Add(1)
-		}
-		return nil
-	}
-	if data <= 1 {
-		for _, pc := range pieces {
-			if !pc.Hole {
-				return read(ctx, pc)
-			}
-		}
-		return nil
-	}
-	// A read spanning several chunks fetches them in parallel.
-	g, gctx := errgroup.WithContext(ctx)
-	for _, pc := range pieces {
-		if !pc.Hole {
-			g.Go(func() error { return read(gctx, pc) })
-		}
-	}
-	return g.Wait()
-}
-
-// readahead is called before each read of the base, from off to the end of its last
-// piece pc. When reads follow one
-// another through the volume, the chunks that come next are requested in the
-// background (cache hits included, so the window moves on with the reader rather
-// than stopping where the last one ended): the window doubles with each read in
-// sequence, up to maxReadaheadBytes, and is topped up whenever less than half of
-// it lies ahead of the reader. A random reader fetches nothing extra. Reads that
-// run concurrently (one FUSE request spans several chunks) may arrive a little
-// out of order; a few chunks of slack keep them in sequence.
-func (v *Volume) readahead(off int64, pc blockmap.Piece) {
-	pf, ok := v.chunks.(Prefetcher)
-	if !ok || time.Now().UnixNano() < v.raPaused.Load() {
-		return
-	}
-	size := max(pc.Chunk.Size, BlockSize)
-	end := pc.Offset + pc.Length
-	v.raMu.Lock()
-	sequential := v.raEnd > 0 && off >= v.raEnd-size && off <= v.raEnd+size
-	if sequential {
-		v.raStreak++
-		v.raEnd = max(v.raEnd, end)
-	} else {
-		v.raStreak, v.raEnd, v.raAhead = 0, end, 0
-	}
-	if v.raStreak < 2 { // a stream starts at the third read in sequence
-		v.raMu.Unlock()
-		return
-	}
-	window := min(int64(1)<<min(v.raStreak-1, 20), max(2, maxReadaheadBytes/size)) // chunks
-	if v.raAhead-v.raEnd > window*size/2 {
-		v.raMu.Unlock()
-		return // enough is on its way
-	}
-	from := max(v.raAhead, v.raEnd)
-	next, reach := chunksAfter(v.base, from, int(window-max(0, (v.raAhead-v.raEnd)/size)), pc.Chunk.Digest)
-	if len(next) > 0 {
-		// Count as requested only what the prefetcher took: the rest is asked
-		// for again at the next read.
-		if took := pf.Prefetch(next, func(n int64) { v.fetchedBytes.Add(n) }); took > 0 && reach[took-1] > v.raAhead {
-			v.raAhead = reach[took-1]
-		}
-	}
-	v.raMu.Unlock()
-}
-
-// chunksAfter returns up to n distinct chunks of the extents at or after off (but
-// skip), in order, and for each the end of the extent where it was found.
-func chunksAfter(m *blockmap.Map, off int64, n int, skip digest.Digest) ([]blockmap.Chunk, []int64) {
-	var out []blockmap.Chunk
-	var reach []int64
-	seen := map[int]bool{}
-	i := sort.Search(len(m.Extents), func(i int) bool { return m.Extents[i].End() > off })
-	for ; i < len(m.Extents) && len(out) < n; i++ {
-		e := m.Extents[i]
-		if seen[e.Chunk] || m.Chunks[e.Chunk].Digest == skip {
-			continue
-		}
-		seen[e.Chunk] = true
-		out = append(out, m.Chunks[e.Chunk])
-		reach = append(reach, e.End())
-	}
-	return out, reach
 }
 
 // lockBlocks locks the stripes of blocks [first, last] in ascending order.
@@ -599,7 +382,7 @@ func (v *Volume) writePartial(ctx context.Context, blk, inOff int64, b []byte) e
 		return nil
 	}
 	buf := make([]byte, BlockSize)
-	if err := v.readBase(ctx, buf, blk*BlockSize); err != nil {
+	if err := v.reader.ReadAt(ctx, buf, blk*BlockSize); err != nil {
 		return fmt.Errorf("copy-on-write of block %d: %w", blk, err)
 	}
 	copy(buf[inOff:], b)

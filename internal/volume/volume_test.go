@@ -14,15 +14,18 @@ import (
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
 	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/prefetch"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 )
 
-// stack is a store, a fetcher and a small cache, as on a node.
+// stack is a store, a fetcher, a small cache and the prefetch engine, as on a node.
 type stack struct {
-	st    *local.Store
-	cache *cache.Cache
-	dir   string
+	st      *local.Store
+	cache   *cache.Cache
+	engine  *prefetch.Engine
+	readers map[string]*prefetch.Reader // by volume directory
+	dir     string
 }
 
 func newStack(t *testing.T, cacheBytes int64) *stack {
@@ -38,8 +41,10 @@ func newStack(t *testing.T, cacheBytes int64) *stack {
 		t.Fatal(err)
 	}
 	t.Cleanup(c.Close)
+	e := prefetch.New(c, prefetch.Options{})
+	t.Cleanup(func() { e.Close(context.Background()) })
 	os.Mkdir(filepath.Join(dir, "volumes"), 0o700)
-	return &stack{st: st, cache: c, dir: dir}
+	return &stack{st: st, cache: c, engine: e, readers: map[string]*prefetch.Reader{}, dir: dir}
 }
 
 func (s *stack) loadMap(t *testing.T, id digest.Digest) *blockmap.Map {
@@ -61,11 +66,22 @@ func (s *stack) clone(t *testing.T, name string, id digest.Digest, size int64) *
 	if id != "" {
 		m = s.loadMap(t, id)
 	}
-	v, err := Create(filepath.Join(s.dir, "volumes", name), id, m, size, s.cache)
+	dir := filepath.Join(s.dir, "volumes", name)
+	v, err := Create(dir, id, m, size, s.reader(dir, m))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// reader returns a new base reader for the volume in dir, nil for a blank one.
+func (s *stack) reader(dir string, m *blockmap.Map) BaseReader {
+	if m == nil {
+		return nil
+	}
+	r := s.engine.Open(filepath.Base(dir), m)
+	s.readers[dir] = r
+	return r
 }
 
 func (s *stack) reopen(t *testing.T, v *Volume) *Volume {
@@ -74,7 +90,7 @@ func (s *stack) reopen(t *testing.T, v *Volume) *Volume {
 	if v.Meta().Base != "" {
 		m = s.loadMap(t, v.Meta().Base)
 	}
-	nv, err := Open(v.Dir(), m, s.cache)
+	nv, err := Open(v.Dir(), m, s.reader(v.Dir(), m))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,7 +290,7 @@ func TestCloneIsO1AndSnapshotOnlyChanges(t *testing.T) {
 	want[5<<20+7] = 'X'
 	d := s.clone(t, "c", res2.ID, size)
 	checkRead(t, d, append(want, make([]byte, size-len(want))...), 0, size)
-	if st := d.Stats(); st.BaseReadBytes != 8<<20 {
+	if st := s.readers[d.Dir()].Stats(); st.BaseReadBytes != 8<<20 {
 		t.Fatalf("stats after reading the whole volume: %+v", st)
 	}
 }
@@ -311,7 +327,7 @@ func TestCrashKeepsSyncedWrites(t *testing.T) {
 	}
 	j.Write([]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
 	j.Close()
-	nv, err := Open(v.Dir(), nil, s.cache)
+	nv, err := Open(v.Dir(), nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -366,20 +382,20 @@ func TestBaseReadRuns(t *testing.T) {
 	read(v, 20*BlockSize, BlockSize)   // the volume's own write: not the base
 	read(v, 8<<20, BlockSize)          // a hole of the base: nothing read
 	read(v, 11*BlockSize, BlockSize)   // again: already recorded
-	st := v.Stats()
+	st := s.readers[v.Dir()].Stats()
 	want := [][2]int64{{0, 3}, {10, 13}}
 	if fmt.Sprint(st.BaseReadRuns) != fmt.Sprint(want) || st.BaseReadRunsTruncated {
 		t.Fatalf("base read runs %v (truncated %v), want %v", st.BaseReadRuns, st.BaseReadRunsTruncated, want)
 	}
 
-	old := MaxReadRuns
-	MaxReadRuns = 2
-	t.Cleanup(func() { MaxReadRuns = old })
+	old := prefetch.MaxReadRuns
+	prefetch.MaxReadRuns = 2
+	t.Cleanup(func() { prefetch.MaxReadRuns = old })
 	w := s.clone(t, "w", res.ID, size)
 	for _, b := range []int64{0, 4, 5, 8, 4} {
 		read(w, b*BlockSize, BlockSize)
 	}
-	st = w.Stats()
+	st = s.readers[w.Dir()].Stats()
 	want = [][2]int64{{0, 1}, {4, 6}}
 	if fmt.Sprint(st.BaseReadRuns) != fmt.Sprint(want) || !st.BaseReadRunsTruncated {
 		t.Fatalf("bounded record: runs %v (truncated %v), want %v and truncated", st.BaseReadRuns, st.BaseReadRunsTruncated, want)

@@ -1,0 +1,30 @@
+// Package prefetch owns reading a volume's base snapshot and fetching ahead of its
+// readers. It sits on the read path between the volume and the chunk cache:
+//
+//	fusefs -> volume (copy-on-write) -> prefetch -> cache -> fetch -> store
+//
+// A volume reads the blocks it has not written through its Reader: the Reader looks
+// the range up in the base's block map, reads the chunks through the node's cache
+// (in parallel when a read spans several), and accounts for what the volume read and
+// what its reads moved from the store. On the way it decides what to fetch ahead:
+//
+//   - sequential readahead: when reads follow one another through the image, the
+//     chunks that come next are loaded in the background, in a window that doubles
+//     with each read in sequence up to MaxReadahead; a random reader gets nothing
+//     extra;
+//   - start-up traces (package trace): a container root records the chunks it reads
+//     in its first StartupWindow, in first-read order, and writes them to the store
+//     as its image's trace if the store has none; a container root whose image has a
+//     trace replays it, its chunks loaded ahead in trace order, a group at a time,
+//     within ReplayBudget, and readahead pauses meanwhile (the trace already knows
+//     what start-up reads).
+//
+// Background loads run on the Engine, one per node, which bounds how many run at
+// once (a load that finds every slot busy is not queued: the caller asks again at
+// its next read) and attributes the bytes each load fetched to the volume it was made
+// for. Nothing here changes what a read returns: fetching ahead only warms the cache,
+// and every byte still comes from the cache, verified.
+//
+// This package never writes a volume, never holds chunk data of its own (the cache
+// does) and never talks to the store except for start-up trace records.
+package prefetch

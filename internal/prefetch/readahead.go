@@ -1,0 +1,68 @@
+package prefetch
+
+import (
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+)
+
+// readahead is a Reader's view of its reader's stream.
+type readahead struct {
+	mu     sync.Mutex
+	end    int64        // end of the stream: the furthest base read that followed the last
+	streak int          // consecutive base reads that followed one another
+	ahead  int64        // end of what was last requested ahead of the stream
+	paused atomic.Int64 // no readahead before this time (unix ns; see pause)
+}
+
+// pause turns readahead off for d (a start-up trace's replay already loads what
+// the reader will read; readahead would only fetch past it).
+func (ra *readahead) pause(d time.Duration) {
+	ra.paused.Store(time.Now().Add(d).UnixNano())
+}
+
+// readahead is called before each read of the base, from off to the end of its
+// last piece pc. When reads follow one another through the volume, the chunks
+// that come next are requested in the background (cache hits included, so the
+// window moves on with the reader rather than stopping where the last one ended):
+// the window doubles with each read in sequence, up to MaxReadahead, and is topped
+// up whenever less than half of it lies ahead of the reader. A random reader
+// fetches nothing extra. Reads that run concurrently (one FUSE request spans
+// several chunks) may arrive a little out of order; a few chunks of slack keep
+// them in sequence.
+func (r *Reader) readahead(off int64, pc blockmap.Piece) {
+	ra := &r.ra
+	if time.Now().UnixNano() < ra.paused.Load() {
+		return
+	}
+	size := max(pc.Chunk.Size, BlockSize)
+	end := pc.Offset + pc.Length
+	ra.mu.Lock()
+	defer ra.mu.Unlock()
+	sequential := ra.end > 0 && off >= ra.end-size && off <= ra.end+size
+	if sequential {
+		ra.streak++
+		ra.end = max(ra.end, end)
+	} else {
+		ra.streak, ra.end, ra.ahead = 0, end, 0
+	}
+	if ra.streak < 2 { // a stream starts at the third read in sequence
+		return
+	}
+	window := min(int64(1)<<min(ra.streak-1, 20), max(2, r.e.opts.MaxReadahead/size)) // chunks
+	if ra.ahead-ra.end > window*size/2 {
+		return // enough is on its way
+	}
+	from := max(ra.ahead, ra.end)
+	next, reach := chunksAfter(r.base, from, int(window-max(0, (ra.ahead-ra.end)/size)), pc.Chunk.Digest)
+	if len(next) == 0 {
+		return
+	}
+	// Count as requested only what the engine took: the rest is asked for again
+	// at the next read.
+	if took := r.e.load(r, next, &r.e.readahead); took > 0 && reach[took-1] > ra.ahead {
+		ra.ahead = reach[took-1]
+	}
+}

@@ -1,0 +1,243 @@
+package prefetch
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/trace"
+)
+
+// replayGroup is how many chunks of a trace go in one load: groups keep the order
+// of the trace (what start-up reads first arrives first) while several are in
+// flight at once, and a store with batch reads serves each group with few
+// requests.
+const replayGroup = 8
+
+// recorder notes the base chunks a Reader reads in its start-up window, in the
+// order it first reads them.
+type recorder struct {
+	until  atomic.Int64 // record until then (unix ns; 0: not recording)
+	mu     sync.Mutex
+	max    int
+	seen   map[digest.Digest]bool
+	chunks []blockmap.Chunk
+}
+
+func (rec *recorder) start(window time.Duration, max int) {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	rec.max, rec.seen = max, map[digest.Digest]bool{}
+	rec.until.Store(time.Now().Add(window).UnixNano())
+}
+
+func (rec *recorder) record(c blockmap.Chunk) {
+	// Off the lock: once the window has closed, a read pays one atomic load.
+	if until := rec.until.Load(); until == 0 || time.Now().UnixNano() > until {
+		return
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	if rec.seen[c.Digest] || len(rec.chunks) >= rec.max {
+		return
+	}
+	rec.seen[c.Digest] = true
+	rec.chunks = append(rec.chunks, c)
+}
+
+func (rec *recorder) recorded() []blockmap.Chunk {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return slices.Clone(rec.chunks)
+}
+
+// startup is a container root's start-up trace: replayed if the store has one for
+// its snapshot, recorded (once) if it has none.
+type startup struct {
+	r        *Reader
+	snapshot digest.Digest
+	fallback []digest.Digest
+	log      *slog.Logger
+
+	mu      sync.Mutex
+	missing bool // the store has no trace for the snapshot: record one
+	written bool
+	gone    bool // the volume was deleted or the node is closing: stop replaying
+	timer   *time.Timer
+}
+
+// BeginStartup marks the reader's volume as a container root cloned from
+// snapshot: its reads are recorded from now on for the engine's start-up window,
+// and the store's trace of snapshot (or, while it has none, of the first of
+// fallback that has one: the image's earlier layers, newest first) is looked up
+// and replayed in the background. It does nothing when the engine keeps no traces.
+// Call it at most once, before the volume is read.
+func (r *Reader) BeginStartup(snapshot digest.Digest, fallback []digest.Digest) {
+	e := r.e
+	if e.opts.Traces == nil || e.opts.StartupWindow < 0 || snapshot == "" {
+		return
+	}
+	s := &startup{r: r, snapshot: snapshot, fallback: fallback,
+		log: e.log.With("volume", r.volume, "snapshot", snapshot)}
+	e.mu.Lock()
+	r.startup = s
+	e.mu.Unlock()
+	r.rec.start(e.opts.StartupWindow, trace.MaxChunks)
+	e.goBackground(&e.bg, s.lookup)
+}
+
+func (s *startup) lookup() {
+	e := s.r.e
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	t, err := s.get(ctx, s.snapshot)
+	if t != nil {
+		s.replay(s.log, t, start)
+		return
+	}
+	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, trace.ErrInvalid) {
+		// The store is away or refuses records: neither replay nor record.
+		s.log.Warn("startup-trace-lookup-failed", "err", err)
+		return
+	}
+	if errors.Is(err, trace.ErrInvalid) {
+		s.log.Warn("startup-trace-invalid", "err", err, "action", "recording a new one")
+	}
+	s.mu.Lock()
+	s.missing = true
+	gone := s.gone
+	if !gone {
+		// Record until the window closes, or until the volume goes first.
+		s.timer = time.AfterFunc(max(0, e.opts.StartupWindow-time.Since(start)), s.write)
+	}
+	s.mu.Unlock()
+	if gone { // the container was done before the lookup was
+		s.write()
+		return
+	}
+	s.log.Debug("startup-trace-recording", "window", e.opts.StartupWindow)
+	// Meanwhile, an earlier layer's trace is the best guess of what start-up reads.
+	for _, f := range s.fallback {
+		if f == s.snapshot {
+			continue
+		}
+		if t, _ := s.get(ctx, f); t != nil {
+			s.replay(s.log.With("trace_of", f), t, start)
+			return
+		}
+	}
+}
+
+// get reads and decodes the trace of snapshot.
+func (s *startup) get(ctx context.Context, snapshot digest.Digest) (*trace.Trace, error) {
+	b, err := s.r.e.opts.Traces.GetRef(ctx, trace.RefName(snapshot))
+	if err != nil {
+		return nil, err
+	}
+	return trace.Decode(b)
+}
+
+// replay loads the trace's chunks into the cache in its order, a group at a time,
+// as fast as the engine's slots allow, within the replay budget.
+func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
+	r, e := s.r, s.r.e
+	r.ra.pause(max(0, e.opts.StartupWindow-time.Since(start)))
+	e.tracesReplayed.Add(1)
+	cs := t.BlockmapChunks()
+	var total int64
+	for i, c := range cs {
+		if total+c.Size > e.opts.ReplayBudget {
+			cs = cs[:i]
+			break
+		}
+		total += c.Size
+	}
+	deadline := time.Now().Add(e.opts.StartupWindow)
+	for i := 0; i < len(cs); {
+		s.mu.Lock()
+		gone := s.gone
+		s.mu.Unlock()
+		if gone || time.Now().After(deadline) {
+			return
+		}
+		g := cs[i:min(i+replayGroup, len(cs))]
+		took := e.load(r, g, &e.replayed)
+		i += took
+		if took < len(g) {
+			time.Sleep(time.Millisecond) // every slot is busy
+		}
+	}
+	log.Info("startup-trace-replayed", "chunks", len(cs), "bytes", total, "of_chunks", len(t.Chunks),
+		"lookup_and_issue", time.Since(start))
+}
+
+// write stores the recorded trace, once, if the store had none.
+func (s *startup) write() {
+	s.mu.Lock()
+	if !s.missing || s.written {
+		s.mu.Unlock()
+		return
+	}
+	s.written = true
+	s.mu.Unlock()
+	chunks := s.r.rec.recorded()
+	if len(chunks) == 0 {
+		return
+	}
+	e := s.r.e
+	e.goBackground(&e.bg, func() { s.put(chunks) })
+}
+
+func (s *startup) put(chunks []blockmap.Chunk) {
+	e := s.r.e
+	t := trace.New(s.snapshot, e.opts.StartupWindow, chunks)
+	b, err := trace.Encode(t)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		err = e.opts.Traces.PutRef(ctx, trace.RefName(s.snapshot), b)
+	}
+	if err != nil {
+		e.log.Warn("startup-trace-write-failed", "snapshot", s.snapshot, "err", err)
+		return
+	}
+	e.tracesRecorded.Add(1)
+	e.log.Info("startup-trace-recorded", "snapshot", s.snapshot, "chunks", len(t.Chunks), "bytes", t.Bytes())
+}
+
+// end is called when the volume is deleted: the trace is written now if its
+// window has not closed yet, and replay stops.
+func (s *startup) end() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.gone = true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+	s.write()
+}
+
+// stop ends replay and recording without writing (the node is closing).
+func (s *startup) stop() {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	s.gone, s.written = true, true
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.mu.Unlock()
+}

@@ -1,0 +1,142 @@
+package prefetch
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/cache"
+	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/trace"
+)
+
+// orderedCache is a fakeCache that also keeps the order in which chunks were
+// loaded ahead.
+type orderedCache struct {
+	*fakeCache
+	order []digest.Digest
+}
+
+func (o *orderedCache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(blockmap.Chunk, cache.Origin, error)) {
+	o.fakeCache.Load(ctx, cs, func(c blockmap.Chunk, or cache.Origin, err error) {
+		if or == cache.FromStore {
+			o.mu.Lock()
+			o.order = append(o.order, c.Digest)
+			o.mu.Unlock()
+		}
+		fn(c, or, err)
+	})
+}
+
+// A container root on a store without a trace records the chunks it reads, in
+// first-read order, and writes them as its snapshot's trace when it goes. The
+// next container root of that snapshot, on a cold node, replays it: the chunks
+// are loaded ahead in the trace's order, within the replay budget, the bytes are
+// its reader's, and readahead does not fetch past them meanwhile. A reader that
+// is not a container root records nothing.
+func TestStartupRecordThenReplay(t *testing.T) {
+	ctx := context.Background()
+	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk, n = 64 << 10, 64
+	m := &blockmap.Map{Size: n * chunk}
+	for i := range n {
+		m.Chunks = append(m.Chunks, blockmap.Chunk{Digest: digest.FromString(fmt.Sprint(i)), Size: chunk})
+		m.Extents = append(m.Extents, blockmap.Extent{Offset: int64(i) * chunk, Length: chunk, Chunk: i})
+	}
+	snapshot := digest.FromString("image")
+	read := []int{9, 3, 40, 3, 41, 42, 7} // as a start-up would: scattered, with a repeat
+
+	e1 := New(newFakeCache(), Options{Traces: st})
+	plain := e1.Open("plain", m)
+	if err := plain.ReadAt(ctx, make([]byte, 1), 0); err != nil {
+		t.Fatal(err)
+	}
+	plain.Close()
+	r1 := e1.Open("first", m)
+	r1.BeginStartup(snapshot, nil)
+	for _, i := range read {
+		if err := r1.ReadAt(ctx, make([]byte, 100), int64(i)*chunk+10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		e1.mu.Lock()
+		s := r1.startup
+		e1.mu.Unlock()
+		s.mu.Lock()
+		missing := s.missing
+		s.mu.Unlock()
+		if missing { // the lookup found no trace: the reads are being recorded
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lookup of a missing trace never finished")
+		}
+	}
+	r1.Close() // the container is gone: its trace is written
+	e1.Close(ctx)
+	if e1.Stats().TracesRecorded != 1 {
+		t.Fatalf("engine stats %+v: want one trace recorded", e1.Stats())
+	}
+	b, err := st.GetRef(ctx, trace.RefName(snapshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []digest.Digest
+	for _, i := range []int{9, 3, 40, 41, 42, 7} {
+		want = append(want, m.Chunks[i].Digest)
+	}
+	for _, c := range tr.Chunks {
+		got = append(got, c.Digest)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("recorded %v, want the chunks read in first-read order %v", got, want)
+	}
+
+	// A cold node replays it, within a budget of five chunks.
+	f2 := &orderedCache{fakeCache: newFakeCache()}
+	f2.batch = true // one load per group of the trace: the order is kept
+	e2 := New(f2, Options{Traces: st, ReplayBudget: 5 * chunk})
+	defer e2.Close(ctx)
+	r2 := e2.Open("second", m)
+	defer r2.Close()
+	r2.BeginStartup(snapshot, nil)
+	for deadline := time.Now().Add(5 * time.Second); e2.Stats().ReplayedChunks < 5; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("replayed %+v, want 5 chunks", e2.Stats())
+		}
+	}
+	e2.loads.Wait()
+	f2.mu.Lock()
+	order := slices.Clone(f2.order)
+	f2.mu.Unlock()
+	if !slices.Equal(order, want[:5]) {
+		t.Fatalf("loaded %v, want the trace's first five chunks in order %v", order, want[:5])
+	}
+	if st := r2.Stats(); st.FetchedBytes != 5*chunk {
+		t.Fatalf("the replaying reader's fetched bytes %d, want %d", st.FetchedBytes, 5*chunk)
+	}
+	// Readahead is paused during the replay: a sequential reader loads nothing ahead.
+	for off := int64(0); off < 8*chunk; off += chunk / 2 {
+		if err := r2.ReadAt(ctx, make([]byte, chunk/2), off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	e2.loads.Wait()
+	if es := e2.Stats(); es.ReadaheadChunks != 0 || es.TracesReplayed != 1 {
+		t.Fatalf("engine stats %+v: want no readahead while the trace replays, one trace replayed", es)
+	}
+}
