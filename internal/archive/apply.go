@@ -12,6 +12,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/fdio"
 )
 
 // Whiteout names of the OCI image-spec changeset format.
@@ -581,7 +583,7 @@ func (a *applier) countWhiteout(opaque bool) {
 // prune removes every child of the directory dfd (real relative path rel) that this
 // layer did not create, descending into the directories it did create or update.
 func (a *applier) prune(dfd int, rel string) error {
-	names, err := readDirNames(dfd)
+	names, err := fdio.ReadDirNames(dfd)
 	if err != nil {
 		return err
 	}
@@ -658,7 +660,7 @@ func (a *applier) finishDirTimes() error {
 	for _, k := range keys {
 		ts := a.dirTimes[k]
 		if k == "." {
-			if err := unix.UtimesNanoAt(unix.AT_FDCWD, procFdPath(a.rootFd), ts[:], 0); err != nil {
+			if err := unix.UtimesNanoAt(unix.AT_FDCWD, fdio.ProcPath(a.rootFd), ts[:], 0); err != nil {
 				return &EntryError{Name: "./", Op: "set times", Err: err}
 			}
 			continue

@@ -7,10 +7,11 @@ import (
 	"os"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/fdio"
 )
 
 // resolveFlags resolve a path the way the container will: "/" and ".." stop at root,
@@ -34,11 +35,9 @@ func openInRoot(rootFd int, rel string, flags int) (int, error) {
 	}
 }
 
-func procFdPath(fd int) string { return "/proc/self/fd/" + strconv.Itoa(fd) }
-
 // fdPath returns the absolute path the kernel records for fd.
 func fdPath(fd int) (string, error) {
-	p, err := os.Readlink(procFdPath(fd))
+	p, err := os.Readlink(fdio.ProcPath(fd))
 	if err != nil {
 		return "", fmt.Errorf("resolve path of fd: %w", err)
 	}
@@ -259,7 +258,7 @@ func removeAt(dfd int, name string) error {
 	if err != nil {
 		return err
 	}
-	names, err := readDirNames(cfd)
+	names, err := fdio.ReadDirNames(cfd)
 	if err == nil {
 		for _, n := range names {
 			if err = removeAt(cfd, n); err != nil && !errors.Is(err, unix.ENOENT) {
@@ -273,22 +272,6 @@ func removeAt(dfd int, name string) error {
 		return err
 	}
 	return unix.Unlinkat(dfd, name, unix.AT_REMOVEDIR)
-}
-
-// readDirNames lists the directory open at fd (not O_PATH); fd stays open.
-func readDirNames(fd int) ([]string, error) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	return names, nil
 }
 
 // obj is an object just created or kept, open for setting its metadata.
@@ -312,57 +295,26 @@ func (o obj) chown(uid, gid int) error {
 
 func (o obj) chmod(mode uint32) error {
 	if o.opath {
-		return unix.Chmod(procFdPath(o.fd), mode)
+		return unix.Chmod(fdio.ProcPath(o.fd), mode)
 	}
 	return unix.Fchmod(o.fd, mode)
 }
 
 func (o obj) setxattr(name string, val []byte) error {
 	if o.opath {
-		return unix.Setxattr(procFdPath(o.fd), name, val, 0)
+		return unix.Setxattr(fdio.ProcPath(o.fd), name, val, 0)
 	}
 	return unix.Fsetxattr(o.fd, name, val, 0)
 }
 
 func (o obj) removexattr(name string) error {
 	if o.opath {
-		return unix.Removexattr(procFdPath(o.fd), name)
+		return unix.Removexattr(fdio.ProcPath(o.fd), name)
 	}
 	return unix.Fremovexattr(o.fd, name)
 }
 
-func (o obj) listxattr() ([]string, error) {
-	list := func(buf []byte) (int, error) {
-		if o.opath {
-			return unix.Listxattr(procFdPath(o.fd), buf)
-		}
-		return unix.Flistxattr(o.fd, buf)
-	}
-	for {
-		n, err := list(nil)
-		if err != nil {
-			return nil, err
-		}
-		if n == 0 {
-			return nil, nil
-		}
-		buf := make([]byte, n)
-		n, err = list(buf)
-		if errors.Is(err, unix.ERANGE) {
-			continue // grew in between
-		}
-		if err != nil {
-			return nil, err
-		}
-		var names []string
-		for _, s := range strings.Split(string(buf[:n]), "\x00") {
-			if s != "" {
-				names = append(names, s)
-			}
-		}
-		return names, nil
-	}
-}
+func (o obj) listxattr() ([]string, error) { return fdio.ListXattrs(o.fd, o.opath) }
 
 // setMetaPath opens the object at p without following it and sets its metadata.
 func (a *applier) setMetaPath(hdr *tar.Header, p *parentDir, kind uint32) error {

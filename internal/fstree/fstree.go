@@ -7,14 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
 	"path"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/fdio"
 )
 
 // DefaultXattrs are the xattrs compared when Options.Xattrs is nil.
@@ -167,7 +167,7 @@ func (w *walker) ignored(p string) bool {
 
 // dir records the children of the directory open at fd (root-relative path rel).
 func (w *walker) dir(fd int, rel string) error {
-	names, err := readDirNames(fd)
+	names, err := fdio.ReadDirNames(fd)
 	if err != nil {
 		return fmt.Errorf("read directory %s: %w", rel, err)
 	}
@@ -225,13 +225,13 @@ func (w *walker) entry(dfd int, name, p string) error {
 	switch kind {
 	case unix.S_IFREG:
 		h := sha256.New()
-		_, err := io.CopyBuffer(h, fdReader(fd), w.buf)
+		_, err := io.CopyBuffer(h, fdio.Reader(fd), w.buf)
 		if err != nil {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
 		e.Digest = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	case unix.S_IFLNK:
-		t, err := readlinkat(dfd, name)
+		t, err := fdio.Readlinkat(dfd, name)
 		if err != nil {
 			return fmt.Errorf("readlink %s: %w", p, err)
 		}
@@ -242,124 +242,10 @@ func (w *walker) entry(dfd int, name, p string) error {
 	return nil
 }
 
-// fdReader reads a file descriptor it does not own (an *os.File would close it).
-type fdReader int
-
-func (r fdReader) Read(b []byte) (int, error) {
-	for {
-		n, err := unix.Read(int(r), b)
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return 0, err
-		}
-		if n == 0 && len(b) > 0 {
-			return 0, io.EOF
-		}
-		return n, nil
-	}
-}
-
-func readlinkat(dfd int, name string) (string, error) {
-	for size := 256; ; size *= 2 {
-		buf := make([]byte, size)
-		n, err := unix.Readlinkat(dfd, name, buf)
-		if err != nil {
-			return "", err
-		}
-		if n < size {
-			return string(buf[:n]), nil
-		}
-	}
-}
-
-// readDirNames lists the directory open at fd; fd stays open.
-func readDirNames(fd int) ([]string, error) {
-	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	f := os.NewFile(uintptr(dup), "dir")
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	return names, nil
-}
-
-// xattrs returns the wanted xattrs of the object open at fd (O_PATH when opath,
-// read through /proc/self/fd/N, which names the object itself).
+// xattrs returns the wanted xattrs of the object open at fd (O_PATH when opath).
 func (w *walker) xattrs(fd int, opath bool) (map[string][]byte, error) {
 	if len(w.opts.Xattrs) == 0 {
 		return nil, nil
 	}
-	proc := "/proc/self/fd/" + strconv.Itoa(fd)
-	list := func(buf []byte) (int, error) {
-		if opath {
-			return unix.Listxattr(proc, buf)
-		}
-		return unix.Flistxattr(fd, buf)
-	}
-	get := func(name string, buf []byte) (int, error) {
-		if opath {
-			return unix.Getxattr(proc, name, buf)
-		}
-		return unix.Fgetxattr(fd, name, buf)
-	}
-	names, err := sized(list)
-	if errors.Is(err, unix.ENOTSUP) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out map[string][]byte
-	for _, name := range strings.Split(string(names), "\x00") {
-		if name == "" || !w.wantXattr(name) {
-			continue
-		}
-		val, err := sized(func(b []byte) (int, error) { return get(name, b) })
-		if errors.Is(err, unix.ENODATA) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("get %s: %w", name, err)
-		}
-		if out == nil {
-			out = make(map[string][]byte)
-		}
-		out[name] = val
-	}
-	return out, nil
-}
-
-// sized calls f with a nil buffer for the size, then with a buffer of that size.
-func sized(f func([]byte) (int, error)) ([]byte, error) {
-	for {
-		n, err := f(nil)
-		if err != nil || n == 0 {
-			return nil, err
-		}
-		buf := make([]byte, n)
-		n, err = f(buf)
-		if errors.Is(err, unix.ERANGE) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		return buf[:n], nil
-	}
-}
-
-func (w *walker) wantXattr(name string) bool {
-	for _, x := range w.opts.Xattrs {
-		if name == x || (strings.HasSuffix(x, ".") && strings.HasPrefix(name, x)) {
-			return true
-		}
-	}
-	return false
+	return fdio.Xattrs(fd, opath, fdio.Matcher(w.opts.Xattrs))
 }
