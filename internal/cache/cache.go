@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/singleflight"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -104,7 +105,7 @@ func Open(opts Options, src Source) (*Cache, error) {
 	}
 	for _, e := range ents {
 		name := e.Name()
-		if strings.HasPrefix(name, "tmp-") {
+		if atomicfile.IsTemp(name) || strings.HasPrefix(name, "tmp-") { // "tmp-": this package's own, before atomicfile
 			os.Remove(filepath.Join(opts.Dir, name))
 			continue
 		}
@@ -475,26 +476,12 @@ func (c *Cache) insert(d digest.Digest, data []byte) {
 	}
 }
 
+// diskFiles writes chunk files without fsync: after a crash a torn file fails
+// verification and is fetched again.
+var diskFiles = atomicfile.Writer{NoSync: true}
+
 func (c *Cache) writeFile(d digest.Digest, data []byte) error {
-	f, err := os.CreateTemp(c.dir, "tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(f.Name())
-		return err
-	}
-	if err := f.Close(); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	// No fsync: after a crash a torn file fails verification and is fetched again.
-	if err := os.Rename(f.Name(), c.path(d)); err != nil {
-		os.Remove(f.Name())
-		return err
-	}
-	return nil
+	return diskFiles.WriteFile(c.path(d), data, 0o600)
 }
 
 func (c *Cache) addMemLocked(key string, data []byte) {

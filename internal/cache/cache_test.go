@@ -196,3 +196,33 @@ func TestLoadFinishingAfterClose(t *testing.T) {
 		t.Fatalf("after a load finished past Close: %+v; want the chunk in memory only", st)
 	}
 }
+
+// TestOpenRemovesTemporaryFiles: a disk write cut short by a crash leaves a
+// temporary file; the next Open removes it (and this package's older "tmp-" ones)
+// and keeps the chunk files.
+func TestOpenRemovesTemporaryFiles(t *testing.T) {
+	src := newSource()
+	dir := t.TempDir()
+	c := openCache(t, Options{Dir: dir, MaxBytes: 1 << 20}, src)
+	ch := src.add(t, 4096)
+	if _, err := c.ReadChunk(context.Background(), ch, make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	leftovers := []string{"." + ch.Digest.Encoded() + ".tmp-0123456789abcdef", "tmp-123456"}
+	for _, name := range leftovers {
+		if err := os.WriteFile(dir+"/"+name, []byte("torn"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c2 := openCache(t, Options{Dir: dir, MaxBytes: 1 << 20}, src)
+	for _, name := range leftovers {
+		if _, err := os.Stat(dir + "/" + name); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after Open: %v", name, err)
+		}
+	}
+	o, err := c2.ReadChunk(context.Background(), ch, make([]byte, 4096), 0)
+	if err != nil || o != FromDisk || src.n.Load() != 1 {
+		t.Errorf("read after reopen: from %v, err %v, fetches %d; want the disk tier and 1 fetch", o, err, src.n.Load())
+	}
+}

@@ -7,7 +7,10 @@
 // a scan of chunks read once). A memory tier bounded by MemBytes holding chunks
 // verified against their digest when loaded; every byte served comes from it. A chunk
 // file whose bytes no longer match its digest is dropped with a log line and fetched
-// again, never served. Concurrent misses of one chunk share one fetch.
+// again, never served. Concurrent misses of one chunk share one fetch. Chunk files are
+// replaced atomically but never fsynced (package atomicfile with NoSync): after a
+// crash a torn file fails verification like any other and is fetched again; Open
+// removes the temporary files a crash left.
 //
 // Every read reports where its chunk came from (Origin: memory, disk, the store, or
 // another load in flight), so the caller can account for the bytes its reads moved.

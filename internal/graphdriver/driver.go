@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
 )
@@ -206,30 +207,10 @@ func (d *Driver) save(r *record) error {
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(d.recordPath(r.ID), b); err != nil {
+	if err := atomicfile.WriteFile(d.recordPath(r.ID), b, 0o600); err != nil {
 		return fmt.Errorf("save layer %s: %w", r.ID, err)
 	}
 	return nil
-}
-
-func writeAtomic(p string, b []byte) error {
-	tmp := p + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
 }
 
 func (d *Driver) lookup(id string) (*layer, error) {
@@ -279,7 +260,7 @@ func (d *Driver) base(ctx context.Context) (digest.Digest, error) {
 	}
 	st.Snapshot, st.Size = res.ID, d.o.Size
 	b, _ := json.Marshal(st)
-	if err := writeAtomic(p, b); err != nil {
+	if err := atomicfile.WriteFile(p, b, 0o600); err != nil {
 		return "", err
 	}
 	d.log.Info("graphdriver-base-made", "snapshot", res.ID)

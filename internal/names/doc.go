@@ -4,6 +4,6 @@
 // cache that maps OCI chain IDs to the snapshots made from them, so that images which
 // share layers share snapshots and chunks.
 //
-// One JSON file per entry, written atomically (temp, fsync, rename); safe for several
-// processes at once. It never touches the chunk store or a registry.
+// One JSON file per entry, replaced atomically and durably by package atomicfile
+// (temp, fsync, rename, fsync of the directory); safe for several processes at once. It never touches the chunk store or a registry.
 package names

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/image"
 )
 
@@ -20,7 +21,10 @@ import (
 var ErrNotFound = errors.New("no such image")
 
 // Store is a directory of names and chains.
-type Store struct{ dir string }
+type Store struct {
+	dir   string
+	files atomicfile.Writer // writes every entry (a test injects faults through its FS)
+}
 
 // Open opens (creating) the store in dir.
 func Open(dir string) (*Store, error) {
@@ -73,7 +77,10 @@ func (s *Store) Put(n string, d *image.Descriptor) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(s.imagePath(n), b)
+	if err := s.files.WriteFile(s.imagePath(n), b, 0o600); err != nil {
+		return fmt.Errorf("name %s: %w", n, err)
+	}
+	return nil
 }
 
 // Get returns the descriptor named n.
@@ -165,7 +172,10 @@ func (s *Store) Chain(key digest.Digest) (digest.Digest, error) {
 
 // PutChain records the snapshot made for key.
 func (s *Store) PutChain(key, snapshot digest.Digest) error {
-	return writeAtomic(filepath.Join(s.dir, "chains", key.Encoded()), []byte(snapshot.String()+"\n"))
+	if err := s.files.WriteFile(filepath.Join(s.dir, "chains", key.Encoded()), []byte(snapshot.String()+"\n"), 0o600); err != nil {
+		return fmt.Errorf("chain %s: %w", key, err)
+	}
+	return nil
 }
 
 // ForgetChain removes a chain entry (e.g. when its snapshot is gone from the store).
@@ -175,27 +185,4 @@ func (s *Store) ForgetChain(key digest.Digest) error {
 		return nil
 	}
 	return err
-}
-
-func writeAtomic(path string, b []byte) error {
-	tmp, err := os.CreateTemp(filepath.Dir(path), ".tmp-*")
-	if err != nil {
-		return err
-	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		os.Remove(tmp.Name())
-		return err
-	}
-	tmp.Close()
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		os.Remove(tmp.Name())
-		return err
-	}
-	return nil
 }

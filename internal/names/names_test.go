@@ -2,10 +2,14 @@ package names
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/atomicfile/atomicfiletest"
 	"github.com/slacker-dev/slacker/internal/image"
 )
 
@@ -59,5 +63,55 @@ func TestPutGetListDelete(t *testing.T) {
 	s.PutChain(k, d.Snapshot)
 	if got, err := s.Chain(k); err != nil || got != d.Snapshot {
 		t.Fatalf("chain: %v %v", got, err)
+	}
+}
+
+// TestFailedWriteKeepsOldEntry: when writing an entry fails at any step before the
+// rename, Put and PutChain report it and the name and the chain keep what they
+// held, with no file left beside the entries.
+func TestFailedWriteKeepsOldEntry(t *testing.T) {
+	errDisk := errors.New("disk full")
+	old := &image.Descriptor{Snapshot: digest.FromString("old"), Size: 1 << 30, DataSize: 1 << 20}
+	repl := &image.Descriptor{Snapshot: digest.FromString("new"), Size: 1 << 30, DataSize: 1 << 20}
+	key := digest.FromString("chain")
+	for _, step := range []atomicfile.Step{atomicfile.StepCreate, atomicfile.StepWrite, atomicfile.StepSync,
+		atomicfile.StepClose, atomicfile.StepRename} {
+		t.Run(step.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			s, err := Open(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Put("debian", old); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.PutChain(key, old.Snapshot); err != nil {
+				t.Fatal(err)
+			}
+			f := atomicfiletest.New(nil)
+			f.Fail(step, errDisk)
+			s.files.FS = f
+			if err := s.Put("debian", repl); !errors.Is(err, errDisk) {
+				t.Errorf("Put: %v, want the disk's error", err)
+			}
+			if err := s.PutChain(key, repl.Snapshot); !errors.Is(err, errDisk) {
+				t.Errorf("PutChain: %v, want the disk's error", err)
+			}
+			if e, err := s.Get("debian"); err != nil || e.Descriptor.Snapshot != old.Snapshot {
+				t.Errorf("Get after the failed Put: %+v, %v; want the old entry", e, err)
+			}
+			if got, err := s.Chain(key); err != nil || got != old.Snapshot {
+				t.Errorf("Chain after the failed PutChain: %s, %v; want %s", got, err, old.Snapshot)
+			}
+			if l, err := s.List(); err != nil || len(l) != 1 {
+				t.Errorf("List: %d entries, %v", len(l), err)
+			}
+			for _, sub := range []string{"images", "chains"} {
+				ents, err := os.ReadDir(filepath.Join(dir, sub))
+				if err != nil || len(ents) != 1 {
+					t.Errorf("%s holds %v (%v), want only the entry", sub, ents, err)
+				}
+			}
+		})
 	}
 }

@@ -6,11 +6,16 @@
 //
 // Layout under the node root (Config.Root):
 //
+//	node-id            the node's ID, made on first start
 //	volumes/<id>/      a volume's delta (package volume) and its node record node.json
 //	maps/<snapshot>    encoded block maps already fetched (verified on load)
 //	cache/             the chunk cache (package cache)
 //	fuse/              the FUSE mount where volume files appear
 //	mnt/<id>/          where a volume's ext4 filesystem is mounted
+//
+// The node's own files (node-id, node.json, maps) are replaced atomically and
+// durably through package atomicfile; a crash in the middle leaves at most a
+// temporary file that nothing reads.
 //
 // On Open, everything a previous daemon left mounted or attached under the root is
 // torn down (ext4 mounts, loop devices backed by volume files, the dead FUSE mount),

@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -64,10 +65,7 @@ func nodeID(root string) (string, error) {
 	b := make([]byte, 8)
 	rand.Read(b)
 	id := hex.EncodeToString(b)
-	if err := os.WriteFile(p+".tmp", []byte(id+"\n"), 0o600); err != nil {
-		return "", err
-	}
-	if err := os.Rename(p+".tmp", p); err != nil {
+	if err := atomicfile.WriteFile(p, []byte(id+"\n"), 0o600); err != nil {
 		return "", err
 	}
 	return id, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
 	"github.com/slacker-dev/slacker/internal/fetch"
@@ -299,16 +300,7 @@ func writeRecord(dir string, r Record) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "node.json.tmp")
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	f, err := os.Open(tmp)
-	if err == nil {
-		f.Sync()
-		f.Close()
-	}
-	return os.Rename(tmp, filepath.Join(dir, "node.json"))
+	return atomicfile.WriteFile(filepath.Join(dir, "node.json"), b, 0o600)
 }
 
 // Map returns the decoded block map of snapshot id, from the node's map directory or
@@ -333,9 +325,9 @@ func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error)
 		if err != nil {
 			return nil, fmt.Errorf("fetch snapshot %s: %w", id, err)
 		}
-		if err := os.WriteFile(path+".tmp", b, 0o600); err == nil {
-			os.Rename(path+".tmp", path)
-		}
+		// Kept for the next start (and a restart while the store is away); a
+		// failed write only means fetching it again.
+		atomicfile.WriteFile(path, b, 0o600)
 	}
 	m, err = blockmap.Decode(b)
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 	"github.com/containerd/containerd/snapshots/storage"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
@@ -590,40 +591,13 @@ func (s *Snapshotter) readRecord(id string) (record, error) {
 	return r, nil
 }
 
-// writeRecord writes a record atomically (temp, fsync, rename, fsync of the dir).
+// writeRecord writes a record atomically and durably (package atomicfile).
 func (s *Snapshotter) writeRecord(id string, r record) error {
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	return writeFileAtomic(s.recordPath(id), b)
-}
-
-func writeFileAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if d, err := os.Open(filepath.Dir(path)); err == nil {
-		d.Sync()
-		d.Close()
-	}
-	return nil
+	return atomicfile.WriteFile(s.recordPath(id), b, 0o600)
 }
 
 // Warm makes the blank base ahead of the first pull (slackerd calls it in the
@@ -684,7 +658,7 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	}
 	saved.Size, saved.Snapshot = s.o.Size, res.ID
 	b, _ := json.Marshal(saved)
-	if err := writeFileAtomic(path, b); err != nil {
+	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return "", err
 	}
 	s.base = res.ID

@@ -14,7 +14,9 @@
 // file and only then appends the newly written block runs to the journal and
 // fdatasyncs it, so after a crash every synced write is present and an unsynced write
 // is either present or absent, as on a disk. A torn journal tail is detected by CRC
-// and dropped.
+// and dropped. The record (volume.json) and the journal, when compacted, are
+// replaced whole through package atomicfile: a failed or interrupted compaction
+// leaves the old journal in place.
 //
 // Memory per volume is proportional to the base map's extent count plus the number of
 // written runs, never to the data. This package does copy-on-write only: it never

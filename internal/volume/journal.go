@@ -6,7 +6,8 @@ import (
 	"hash/crc32"
 	"io"
 	"os"
-	"path/filepath"
+
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 )
 
 // The journal is a sequence of 24-byte records, each adding the block run
@@ -83,16 +84,21 @@ func truncateAt(f *os.File, size int64) error {
 	return err
 }
 
+// encodeRecords returns the records of runs.
+func encodeRecords(runs []run) []byte {
+	buf := make([]byte, len(runs)*journalRecord)
+	for i, r := range runs {
+		encodeRecord(buf[i*journalRecord:], r)
+	}
+	return buf
+}
+
 // appendRecords appends records for runs at the end of f and syncs it.
 func appendRecords(f *os.File, runs []run) error {
 	if len(runs) == 0 {
 		return nil
 	}
-	buf := make([]byte, len(runs)*journalRecord)
-	for i, r := range runs {
-		encodeRecord(buf[i*journalRecord:], r)
-	}
-	if _, err := f.Write(buf); err != nil {
+	if _, err := f.Write(encodeRecords(runs)); err != nil {
 		return fmt.Errorf("append journal: %w", err)
 	}
 	if err := f.Sync(); err != nil {
@@ -102,33 +108,34 @@ func appendRecords(f *os.File, runs []run) error {
 }
 
 // rewriteJournal atomically replaces the journal at path with one record per run
-// and returns the new file, open for appending.
+// and returns the new file, open for appending. On an error the old journal is in
+// place and the returned file is nil, except when only the fsync of the directory
+// failed: the new journal is then in place, and returned with the error, because
+// appending to the old one would write to a file no longer there.
 func rewriteJournal(path string, runs []run) (*os.File, error) {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_RDWR, 0o600)
+	p, err := files.Create(path, 0o600)
 	if err != nil {
 		return nil, err
 	}
-	if err := appendRecords(f, runs); err != nil {
-		f.Close()
+	defer p.Abort() // unless committed
+	if _, err := p.Write(encodeRecords(runs)); err != nil {
 		return nil, err
 	}
-	if err := os.Rename(tmp, path); err != nil {
-		f.Close()
-		return nil, err
+	// Opened before the rename, so the volume never loses hold of its journal.
+	f, err := os.OpenFile(p.TempPath(), os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open new journal: %w", err)
 	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
+	if _, err := f.Seek(0, io.SeekEnd); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("open new journal: %w", err)
+	}
+	if err := p.Commit(); err != nil {
+		if atomicfile.Replaced(err) {
+			return f, err
+		}
 		f.Close()
 		return nil, err
 	}
 	return f, nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 )
 
@@ -135,31 +136,16 @@ func ReadMeta(dir string) (Meta, error) {
 	return m, nil
 }
 
+// files writes the volume's record and rewrites its journal (tests inject faults
+// through its FS).
+var files atomicfile.Writer
+
 func writeMeta(dir string, m Meta) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, "volume.json.tmp")
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp, filepath.Join(dir, "volume.json")); err != nil {
-		return err
-	}
-	return syncDir(dir)
+	return files.WriteFile(filepath.Join(dir, "volume.json"), b, 0o600)
 }
 
 // Open opens an existing volume. base must be the map of Meta.Base (nil if blank),
@@ -509,12 +495,14 @@ func (v *Volume) maybeCompact() error {
 	}
 	runs := v.synced.runs()
 	f, err := rewriteJournal(filepath.Join(v.dir, "journal"), runs)
+	if f != nil {
+		v.journal.Close()
+		v.journal = f
+		v.records = len(runs)
+	}
 	if err != nil {
 		return fmt.Errorf("compact journal: %w", err)
 	}
-	v.journal.Close()
-	v.journal = f
-	v.records = len(runs)
 	return nil
 }
 

@@ -12,12 +12,14 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // Store is a store.Store backed by a local directory.
 type Store struct {
-	root string
+	root  string
+	files atomicfile.Writer // writes objects and records through <root>/tmp
 }
 
 var _ store.Store = (*Store)(nil)
@@ -29,7 +31,7 @@ func Open(dir string) (*Store, error) {
 			return nil, fmt.Errorf("open local store %s: %w", dir, err)
 		}
 	}
-	return &Store{root: dir}, nil
+	return &Store{root: dir, files: atomicfile.Writer{TempDir: filepath.Join(dir, "tmp")}}, nil
 }
 
 // Root returns the store's directory.
@@ -41,7 +43,7 @@ func (s *Store) Path(d digest.Digest) string {
 	return filepath.Join(s.root, "sha256", hex[:2], hex)
 }
 
-func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) (err error) {
+func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
 	if err := store.CheckDigest(d); err != nil {
 		return err
 	}
@@ -55,34 +57,19 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 	if _, err := os.Stat(final); err == nil {
 		return nil
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "put-*")
+	p, err := s.files.Create(final, 0o600)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
+	defer p.Abort() // unless committed
 	vr := store.VerifyingReader(r, d, size)
-	if _, err := io.Copy(tmp, ctxReader{ctx, vr}); err != nil {
+	if _, err := io.Copy(p, ctxReader{ctx, vr}); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("put %s: sync: %w", d, err)
-	}
-	if err := tmp.Close(); err != nil {
+	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	dir := filepath.Dir(final)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return fmt.Errorf("put %s: %w", d, err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("put %s: %w", d, err)
-	}
-	if err := syncDir(dir); err != nil {
+	if err := p.Commit(); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
 	return nil
@@ -185,15 +172,6 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w (%v)", store.ErrNotFound, err)
 	}
 	return err
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
 }
 
 type ctxReader struct {

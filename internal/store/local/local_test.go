@@ -1,11 +1,16 @@
 package local
 
 import (
+	"bytes"
+	"errors"
 	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/atomicfile/atomicfiletest"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
 )
@@ -47,5 +52,97 @@ func TestStrayFilesAreNotObjects(t *testing.T) {
 	}
 	if n != 0 {
 		t.Fatalf("listed %d objects from stray files", n)
+	}
+}
+
+// TestFailedWriteKeepsOldState: a Put or PutRef whose write fails at any step before
+// the rename reports the error, stores nothing (a record keeps its old content) and
+// leaves nothing in tmp/; one cut short by a crash leaves at most its temporary
+// file, which neither List nor the next Put minds.
+func TestFailedWriteKeepsOldState(t *testing.T) {
+	ctx := t.Context()
+	errDisk := errors.New("disk full")
+	obj := []byte("an object's bytes")
+	d := digest.FromBytes(obj)
+	for _, crash := range []bool{false, true} {
+		for _, step := range []atomicfile.Step{atomicfile.StepCreate, atomicfile.StepWrite, atomicfile.StepSync,
+			atomicfile.StepClose, atomicfile.StepRename} {
+			name := step.String()
+			if crash {
+				name = "crash-at-" + name
+			}
+			t.Run(name, func(t *testing.T) {
+				dir := t.TempDir()
+				s, err := Open(dir)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.PutRef(ctx, "leases/a", []byte("old")); err != nil {
+					t.Fatal(err)
+				}
+				f := atomicfiletest.New(nil)
+				if crash {
+					f.Crash(step)
+				} else {
+					f.Fail(step, errDisk)
+				}
+				s.files.FS = f
+				want := errDisk
+				if crash {
+					want = atomicfiletest.ErrCrashed
+				}
+				if err := s.Put(ctx, d, int64(len(obj)), bytes.NewReader(obj)); !errors.Is(err, want) {
+					t.Errorf("Put: %v, want %v", err, want)
+				}
+				if _, err := s.Stat(ctx, d); !errors.Is(err, store.ErrNotFound) {
+					t.Errorf("Stat after the failed Put: %v, want not found", err)
+				}
+				n := 0
+				if err := s.List(ctx, func(store.Info) error { n++; return nil }); err != nil || n != 0 {
+					t.Errorf("List after the failed Put: %d objects, %v", n, err)
+				}
+				if !crash { // a crashed process makes no more calls
+					if err := s.PutRef(ctx, "leases/a", []byte("new")); !errors.Is(err, errDisk) {
+						t.Errorf("PutRef: %v, want the disk's error", err)
+					}
+					if b, err := s.GetRef(ctx, "leases/a"); err != nil || string(b) != "old" {
+						t.Errorf("GetRef after the failed PutRef: %q, %v; want the old record", b, err)
+					}
+					if ents, err := os.ReadDir(filepath.Join(dir, "tmp")); err != nil || len(ents) != 0 {
+						t.Errorf("tmp/ holds %v (%v) after failed writes", ents, err)
+					}
+				}
+
+				s.files.FS = nil // restarted
+				if err := s.Put(ctx, d, int64(len(obj)), bytes.NewReader(obj)); err != nil {
+					t.Fatal(err)
+				}
+				if err := s.PutRef(ctx, "leases/a", []byte("new")); err != nil {
+					t.Fatal(err)
+				}
+				if b, err := s.GetRange(ctx, d, 0, int64(len(obj))); err != nil || !bytes.Equal(b, obj) {
+					t.Errorf("object after the next Put: %q, %v", b, err)
+				}
+				if b, err := s.GetRef(ctx, "leases/a"); err != nil || string(b) != "new" {
+					t.Errorf("record after the next PutRef: %q, %v", b, err)
+				}
+				ents, err := os.ReadDir(filepath.Join(dir, "tmp"))
+				if err != nil {
+					t.Fatal(err)
+				}
+				maxLeft := 0
+				if crash && step != atomicfile.StepCreate {
+					maxLeft = 1
+				}
+				for _, e := range ents {
+					if !atomicfile.IsTemp(e.Name()) {
+						t.Errorf("tmp/%s is not a temporary file", e.Name())
+					}
+				}
+				if len(ents) != maxLeft {
+					t.Errorf("tmp/ holds %d files, want %d (the crashed write's)", len(ents), maxLeft)
+				}
+			})
+		}
 	}
 }

@@ -22,7 +22,7 @@ func (s *Store) refPath(name string) string {
 	return filepath.Join(s.root, "refs", filepath.FromSlash(name))
 }
 
-func (s *Store) PutRef(ctx context.Context, name string, b []byte) (err error) {
+func (s *Store) PutRef(ctx context.Context, name string, b []byte) error {
 	if err := store.CheckRefName(name); err != nil {
 		return err
 	}
@@ -37,29 +37,7 @@ func (s *Store) PutRef(ctx context.Context, name string, b []byte) (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("put record %s: %w", name, err)
 	}
-	tmp, err := os.CreateTemp(filepath.Join(s.root, "tmp"), "ref-*")
-	if err != nil {
-		return fmt.Errorf("put record %s: %w", name, err)
-	}
-	defer func() {
-		if err != nil {
-			tmp.Close()
-			os.Remove(tmp.Name())
-		}
-	}()
-	if _, err := tmp.Write(b); err != nil {
-		return fmt.Errorf("put record %s: %w", name, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		return fmt.Errorf("put record %s: sync: %w", name, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("put record %s: %w", name, err)
-	}
-	if err := os.Rename(tmp.Name(), final); err != nil {
-		return fmt.Errorf("put record %s: %w", name, err)
-	}
-	if err := syncDir(dir); err != nil {
+	if err := s.files.WriteFile(final, b, 0o600); err != nil {
 		return fmt.Errorf("put record %s: %w", name, err)
 	}
 	return nil
