@@ -8,6 +8,7 @@ import (
 	"os"
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/runs"
 )
 
 // The journal is a sequence of 24-byte records, each adding the block run
@@ -24,16 +25,16 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-func encodeRecord(b []byte, r run) {
-	binary.LittleEndian.PutUint64(b[0:], uint64(r.start))
-	binary.LittleEndian.PutUint64(b[8:], uint64(r.end))
+func encodeRecord(b []byte, r runs.Run) {
+	binary.LittleEndian.PutUint64(b[0:], uint64(r.Start))
+	binary.LittleEndian.PutUint64(b[8:], uint64(r.End))
 	binary.LittleEndian.PutUint32(b[16:], crc32.Checksum(b[:16], castagnoli))
 	binary.LittleEndian.PutUint32(b[20:], journalMagic)
 }
 
 // replayJournal reads f's records into set, truncates a torn tail, and returns the
 // number of good records. maxBlock bounds block numbers (the volume's size).
-func replayJournal(f *os.File, set *runSet, maxBlock int64) (int, error) {
+func replayJournal(f *os.File, set *runs.Set, maxBlock int64) (int, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
@@ -52,7 +53,7 @@ func replayJournal(f *os.File, set *runSet, maxBlock int64) (int, error) {
 				start < 0 || end <= start || end > maxBlock {
 				return n, truncateAt(f, good)
 			}
-			set.add(start, end)
+			set.Add(start, end)
 			good += journalRecord
 			n++
 		}
@@ -85,7 +86,7 @@ func truncateAt(f *os.File, size int64) error {
 }
 
 // encodeRecords returns the records of runs.
-func encodeRecords(runs []run) []byte {
+func encodeRecords(runs []runs.Run) []byte {
 	buf := make([]byte, len(runs)*journalRecord)
 	for i, r := range runs {
 		encodeRecord(buf[i*journalRecord:], r)
@@ -94,7 +95,7 @@ func encodeRecords(runs []run) []byte {
 }
 
 // appendRecords appends records for runs at the end of f and syncs it.
-func appendRecords(f *os.File, runs []run) error {
+func appendRecords(f *os.File, runs []runs.Run) error {
 	if len(runs) == 0 {
 		return nil
 	}
@@ -112,7 +113,7 @@ func appendRecords(f *os.File, runs []run) error {
 // place and the returned file is nil, except when only the fsync of the directory
 // failed: the new journal is then in place, and returned with the error, because
 // appending to the old one would write to a file no longer there.
-func rewriteJournal(path string, runs []run) (*os.File, error) {
+func rewriteJournal(path string, runs []runs.Run) (*os.File, error) {
 	p, err := files.Create(path, 0o600)
 	if err != nil {
 		return nil, err

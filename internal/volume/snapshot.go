@@ -80,7 +80,7 @@ func (v *Volume) Snapshot(ctx context.Context, st store.Store, opts SnapshotOpti
 	v.writeMu.Lock()
 	defer v.writeMu.Unlock()
 	v.mu.Lock()
-	runs := v.present.runs()
+	written := v.present.Runs()
 	v.mu.Unlock()
 
 	// Cut runs into pieces at multiples of chunkSize.
@@ -88,9 +88,9 @@ func (v *Volume) Snapshot(ctx context.Context, st store.Store, opts SnapshotOpti
 	var pieces []piece
 	var total int64
 	chunkBlocks := chunkSize / BlockSize
-	for _, r := range runs {
-		for b := r.start; b < r.end; {
-			next := min((b/chunkBlocks+1)*chunkBlocks, r.end)
+	for _, r := range written {
+		for b := r.Start; b < r.End; {
+			next := min((b/chunkBlocks+1)*chunkBlocks, r.End)
 			pieces = append(pieces, piece{b * BlockSize, (next - b) * BlockSize})
 			total += (next - b) * BlockSize
 			b = next

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/runs"
 )
 
 // BlockSize is the copy-on-write unit.
@@ -67,12 +68,12 @@ type Volume struct {
 	data   *os.File
 
 	mu      sync.Mutex // guards present, pending
-	present *runSet    // blocks whose current content is in the data file
-	pending []run      // runs written since the last Sync
+	present *runs.Set  // blocks whose current content is in the data file
+	pending []runs.Run // runs written since the last Sync
 
 	syncMu  sync.Mutex // serializes Sync; guards journal, synced, records
 	journal *os.File
-	synced  *runSet // runs recorded in the journal
+	synced  *runs.Set // runs recorded in the journal
 	records int
 
 	writeMu sync.RWMutex // writes hold it shared; Snapshot exclusively
@@ -181,7 +182,7 @@ func Open(dir string, base *blockmap.Map, r BaseReader) (*Volume, error) {
 		return nil, fmt.Errorf("open volume %s: %w", dir, err)
 	}
 	v := &Volume{dir: dir, meta: meta, base: base, reader: r, data: data, journal: journal,
-		present: newRunSet(), synced: newRunSet()}
+		present: runs.New(), synced: runs.New()}
 	n, err := replayJournal(journal, v.synced, meta.Size/BlockSize)
 	if err != nil {
 		data.Close()
@@ -189,8 +190,8 @@ func Open(dir string, base *blockmap.Map, r BaseReader) (*Volume, error) {
 		return nil, fmt.Errorf("open volume %s: %w", dir, err)
 	}
 	v.records = n
-	for _, r := range v.synced.runs() {
-		v.present.add(r.start, r.end)
+	for _, r := range v.synced.Runs() {
+		v.present.Add(r.Start, r.End)
 	}
 	if err := v.maybeCompact(); err != nil {
 		v.Close()
@@ -208,7 +209,7 @@ func (v *Volume) Base() *blockmap.Map { return v.base }
 // Stats returns the volume's counters.
 func (v *Volume) Stats() Stats {
 	v.mu.Lock()
-	delta, runs := v.present.count()*BlockSize, int64(v.present.len())
+	delta, runs := v.present.Count()*BlockSize, int64(v.present.Len())
 	v.mu.Unlock()
 	return Stats{ReadBytes: v.readBytes.Load(), WrittenBytes: v.writtenBytes.Load(), DeltaBytes: delta, DeltaRuns: runs}
 }
@@ -243,7 +244,7 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 	}
 	var segs []seg
 	v.mu.Lock()
-	v.present.segments(off/BlockSize, (end+BlockSize-1)/BlockSize, func(s, e int64, in bool) {
+	v.present.Segments(off/BlockSize, (end+BlockSize-1)/BlockSize, func(s, e int64, in bool) {
 		segs = append(segs, seg{max(s*BlockSize, off), min(e*BlockSize, end), in})
 	})
 	v.mu.Unlock()
@@ -339,12 +340,12 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 		pos = fullEnd
 	}
 	v.mu.Lock()
-	v.present.add(first, last+1)
-	if k := len(v.pending); k > 0 && v.pending[k-1].end >= first && v.pending[k-1].start <= last+1 {
-		v.pending[k-1].start = min(v.pending[k-1].start, first)
-		v.pending[k-1].end = max(v.pending[k-1].end, last+1)
+	v.present.Add(first, last+1)
+	if k := len(v.pending); k > 0 && v.pending[k-1].End >= first && v.pending[k-1].Start <= last+1 {
+		v.pending[k-1].Start = min(v.pending[k-1].Start, first)
+		v.pending[k-1].End = max(v.pending[k-1].End, last+1)
 	} else {
-		v.pending = append(v.pending, run{first, last + 1})
+		v.pending = append(v.pending, runs.Run{Start: first, End: last + 1})
 	}
 	v.mu.Unlock()
 	v.writtenBytes.Add(int64(len(p)))
@@ -354,7 +355,7 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 func (v *Volume) isPresent(blk int64) bool {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	return v.present.contains(blk)
+	return v.present.Contains(blk)
 }
 
 // writePartial writes part of block blk: in place if the block is already in the
@@ -449,8 +450,8 @@ func (v *Volume) Zero(ctx context.Context, off, n int64) error {
 		return err
 	}
 	v.mu.Lock()
-	v.present.add(first/BlockSize, last/BlockSize)
-	v.pending = append(v.pending, run{first / BlockSize, last / BlockSize})
+	v.present.Add(first/BlockSize, last/BlockSize)
+	v.pending = append(v.pending, runs.Run{Start: first / BlockSize, End: last / BlockSize})
 	v.mu.Unlock()
 	return nil
 }
@@ -476,12 +477,12 @@ func (v *Volume) Sync(ctx context.Context) error {
 	}
 	v.records += len(pend)
 	for _, r := range pend {
-		v.synced.add(r.start, r.end)
+		v.synced.Add(r.Start, r.End)
 	}
 	return v.maybeCompact()
 }
 
-func (v *Volume) requeue(pend []run) {
+func (v *Volume) requeue(pend []runs.Run) {
 	v.mu.Lock()
 	v.pending = append(pend, v.pending...)
 	v.mu.Unlock()
@@ -490,15 +491,15 @@ func (v *Volume) requeue(pend []run) {
 // maybeCompact rewrites the journal when it holds many more records than runs.
 // Callers hold syncMu (or own v exclusively).
 func (v *Volume) maybeCompact() error {
-	if v.records <= 4*v.synced.len()+1024 {
+	if v.records <= 4*v.synced.Len()+1024 {
 		return nil
 	}
-	runs := v.synced.runs()
-	f, err := rewriteJournal(filepath.Join(v.dir, "journal"), runs)
+	synced := v.synced.Runs()
+	f, err := rewriteJournal(filepath.Join(v.dir, "journal"), synced)
 	if f != nil {
 		v.journal.Close()
 		v.journal = f
-		v.records = len(runs)
+		v.records = len(synced)
 	}
 	if err != nil {
 		return fmt.Errorf("compact journal: %w", err)
