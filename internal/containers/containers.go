@@ -19,6 +19,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/runc"
 )
 
@@ -106,7 +107,7 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Record, error) 
 	}
 	vol, err := m.node.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: o.Image.Snapshot, Mount: true,
 		Startup: true, StartupFallback: earlier,
-		Labels: map[string]string{"slacker.kind": "container", "slacker.container": name, "slacker.image": o.ImageName}})
+		Labels: map[string]string{labels.Kind: labels.KindContainer, labels.Container: name, labels.Image: o.ImageName}})
 	if err != nil {
 		return nil, fmt.Errorf("clone image %s: %w", o.ImageName, err)
 	}

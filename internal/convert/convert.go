@@ -19,6 +19,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/archive"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/units"
 )
@@ -205,7 +206,7 @@ func (o *Options) applyLayer(ctx context.Context, parent digest.Digest, l v1.Lay
 	var none api.Snapshot
 	id := "convert-" + randomHex()
 	vol, err := o.Node.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: parent, Size: o.Size, Mount: true,
-		Labels: map[string]string{"slacker.kind": "convert", "slacker.layer": diffID.String()}})
+		Labels: map[string]string{labels.Kind: labels.KindConvert, labels.Layer: diffID.String()}})
 	if err != nil {
 		return none, archive.Stats{}, fmt.Errorf("clone the parent snapshot: %w", err)
 	}

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"path/filepath"
 
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/runc"
 )
@@ -23,7 +24,7 @@ func ReconcileContainers(ctx context.Context, n *node.Node, stateRoot string, lo
 	}
 	rt := &runc.Runtime{Root: filepath.Join(stateRoot, "runc")}
 	for _, v := range n.Volumes() {
-		if v.Labels["slacker.kind"] != "container" {
+		if v.Labels[labels.Kind] != labels.KindContainer {
 			continue
 		}
 		status, pid := rt.State(ctx, v.ID)
@@ -33,10 +34,10 @@ func ReconcileContainers(ctx context.Context, n *node.Node, stateRoot string, lo
 			continue // exited, or unknown to runc: nothing holds the old mount
 		}
 		if err := rt.Delete(ctx, v.ID, true); err != nil {
-			log.Error("reconcile-container-failed", "container", v.Labels["slacker.container"], "id", v.ID, "err", err)
+			log.Error("reconcile-container-failed", "container", v.Labels[labels.Container], "id", v.ID, "err", err)
 			continue
 		}
-		log.Warn("reconcile-killed-container", "container", v.Labels["slacker.container"], "id", v.ID, "pid", pid,
+		log.Warn("reconcile-killed-container", "container", v.Labels[labels.Container], "id", v.ID, "pid", pid,
 			"status", status, "reason", "its root filesystem was served by the previous slackerd")
 	}
 }

@@ -28,6 +28,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/archive"
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
 )
 
@@ -100,13 +101,6 @@ type record struct {
 	Created time.Time `json:"created"`
 }
 
-// Volume labels of the driver's volumes.
-const (
-	labelKind  = "slacker.kind"
-	kindDocker = "docker"
-	labelLayer = "docker.layer"
-)
-
 // Formats of Slacker layers.
 const (
 	kindMarker = "marker"
@@ -138,7 +132,7 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 	}
 	vols := map[string]node.VolumeInfo{}
 	for _, v := range n.Volumes() {
-		if v.Labels[labelKind] == kindDocker {
+		if v.Labels[labels.Kind] == labels.KindDocker {
 			vols[v.ID] = v
 		}
 	}
@@ -405,13 +399,13 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 		}
 		vid := volumeID(l.rec.ID)
 		_, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
-			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}})
+			Labels: map[string]string{labels.Kind: labels.KindDocker, labels.DockerLayer: l.rec.ID}})
 		if errors.Is(err, node.ErrExists) {
 			// Left by a crash between creating it and recording it: it holds nothing
 			// the record does not.
 			if err = d.n.DeleteVolume(ctx, vid); err == nil {
 				_, err = d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
-					Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}})
+					Labels: map[string]string{labels.Kind: labels.KindDocker, labels.DockerLayer: l.rec.ID}})
 			}
 		}
 		if err != nil {
@@ -678,7 +672,7 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 		}
 		vid = volumeID(l.rec.ID)
 		if _, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
-			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}}); err != nil {
+			Labels: map[string]string{labels.Kind: labels.KindDocker, labels.DockerLayer: l.rec.ID}}); err != nil {
 			return 0, fmt.Errorf("clone the parent of layer %s: %w", l.rec.ID, err)
 		}
 	}
@@ -760,7 +754,7 @@ func (d *Driver) views(ctx context.Context, ls ...*layer) ([]string, func(), err
 		}
 		vid := "docker-view-" + randomHex()
 		v, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: snap,
-			Labels: map[string]string{labelKind: kindDocker}}) // no record names it: Open deletes it after a crash
+			Labels: map[string]string{labels.Kind: labels.KindDocker}}) // no record names it: Open deletes it after a crash
 		if err == nil {
 			undo = append(undo, func() {
 				if err := d.n.DeleteVolume(context.WithoutCancel(ctx), vid); err != nil {
@@ -971,7 +965,7 @@ func (d *Driver) revertInit(ctx context.Context, snap digest.Digest, cs []change
 	sort.Slice(inv, func(i, j int) bool { return inv[i].Path < inv[j].Path })
 	vid := "docker-commit-" + randomHex()
 	v, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: snap,
-		Labels: map[string]string{labelKind: kindDocker}}) // no record names it: Open deletes it after a crash
+		Labels: map[string]string{labels.Kind: labels.KindDocker}}) // no record names it: Open deletes it after a crash
 	if err != nil {
 		return "", err
 	}

@@ -17,10 +17,6 @@ const (
 	LayerDescriptorPath = ".slacker/image.json"
 	// LayerReadmePath explains the image to whoever unpacks the layer.
 	LayerReadmePath = ".slacker/README"
-	// AnnotationSnapshot annotates the layer in the manifest with its snapshot ID.
-	// The containerd.io/snapshot/ prefix makes containerd's unpacker pass it to the
-	// snapshotter's Prepare, whatever the client (ctr, nerdctl, CRI).
-	AnnotationSnapshot = "containerd.io/snapshot/dev.slacker.snapshot"
 	// MaxLayerSize bounds a Slacker layer: the descriptor, the README and tar framing.
 	MaxLayerSize = MaxSize + 64<<10
 )

@@ -24,6 +24,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/cache"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/fusefs"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/prefetch"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -740,7 +741,7 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 // MakeFilesystem makes a blank ext4 filesystem of size bytes (0: DefaultSize) and
 // returns its snapshot: the base every converted image starts from.
 func (n *Node) MakeFilesystem(ctx context.Context, size int64) (*volume.SnapshotResult, error) {
-	info, err := n.CreateVolume(ctx, CreateOptions{Size: size, Labels: map[string]string{"slacker.kind": "mkfs"}})
+	info, err := n.CreateVolume(ctx, CreateOptions{Size: size, Labels: map[string]string{labels.Kind: labels.KindMkfs}})
 	if err != nil {
 		return nil, err
 	}

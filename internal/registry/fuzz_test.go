@@ -11,6 +11,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 )
 
 // FuzzPullManifest feeds Pull's decoders a manifest and a blob as a registry could
@@ -33,7 +34,7 @@ func FuzzPullManifest(f *testing.F) {
 	m2 := ocispec.Manifest{MediaType: ocispec.MediaTypeImageManifest,
 		Config: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromString("{}"), Size: 2},
 		Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(layer), Size: int64(len(layer)),
-			Annotations: map[string]string{image.AnnotationSnapshot: d.Snapshot.String()}}}}
+			Annotations: map[string]string{labels.LayerSnapshot: d.Snapshot.String()}}}}
 	m2.SchemaVersion = 2
 	b1, _ := json.Marshal(m1)
 	b2, _ := json.Marshal(m2)

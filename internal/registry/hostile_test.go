@@ -23,6 +23,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 )
 
 // lyingRegistry is go-containerregistry's in-process registry (lenient enough to
@@ -131,7 +132,7 @@ func TestPullHostileManifests(t *testing.T) {
 		{"layer annotated with another snapshot", func(ref string) {
 			d := putBlob(ref, layer)
 			d.MediaType = ocispec.MediaTypeImageLayer
-			d.Annotations = map[string]string{image.AnnotationSnapshot: digest.FromString("other").String()}
+			d.Annotations = map[string]string{labels.LayerSnapshot: digest.FromString("other").String()}
 			putManifest(ref, manifest(ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromString("{}"), Size: 2},
 				[]ocispec.Descriptor{d}, nil))
 		}, image.ErrMalformed, "annotation says"},

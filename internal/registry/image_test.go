@@ -11,6 +11,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
@@ -60,7 +61,7 @@ func TestPushedImageIsAnOCIImage(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := m.Layers[0].Annotations[image.AnnotationSnapshot]; got != d.Snapshot.String() {
+	if got := m.Layers[0].Annotations[labels.LayerSnapshot]; got != d.Snapshot.String() {
 		t.Fatalf("layer annotation %q, want %s", got, d.Snapshot)
 	}
 	rc, err := layers[0].Uncompressed()

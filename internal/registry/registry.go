@@ -26,6 +26,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/distribution"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 )
 
 // Errors.
@@ -133,9 +134,9 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
 		Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayer, Digest: layerDigest, Size: int64(len(layer)),
-			Annotations: map[string]string{image.AnnotationSnapshot: d.Snapshot.String()}}},
+			Annotations: map[string]string{labels.LayerSnapshot: d.Snapshot.String()}}},
 		Annotations: map[string]string{
-			annotationSnapshot:        d.Snapshot.String(),
+			labels.ManifestSnapshot:   d.Snapshot.String(),
 			ocispec.AnnotationCreated: created.Format(time.RFC3339),
 		},
 	}
@@ -159,9 +160,6 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 	}
 	return &Result{Reference: r.Name(), ManifestDigest: digest.FromBytes(mb), BytesMoved: int64(len(mb) + len(cfg) + len(layer))}, nil
 }
-
-// annotationSnapshot marks a manifest as a Slacker image's.
-const annotationSnapshot = "dev.slacker.snapshot"
 
 // Pull resolves ref to a Slacker image descriptor. It reads the manifest and the
 // Slacker layer (or, for artifacts pushed before the Slacker layer existed, the
@@ -220,7 +218,7 @@ func slackerBlob(ref string, raw []byte, mt types.MediaType) (ocispec.Descriptor
 	switch {
 	case m.Config.MediaType == image.MediaType: // descriptor as config (first format)
 		blob = m.Config
-	case len(m.Layers) == 1 && m.Layers[0].Annotations[image.AnnotationSnapshot] != "":
+	case len(m.Layers) == 1 && m.Layers[0].Annotations[labels.LayerSnapshot] != "":
 		blob = m.Layers[0]
 	default:
 		kind := string(mt)
@@ -254,7 +252,7 @@ func decodeBlob(ref string, blob ocispec.Descriptor, b []byte) (*image.Descripto
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", ref, err)
 	}
-	if want := blob.Annotations[image.AnnotationSnapshot]; want != "" && want != d.Snapshot.String() {
+	if want := blob.Annotations[labels.LayerSnapshot]; want != "" && want != d.Snapshot.String() {
 		return nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
 	}
 	return d, nil

@@ -11,7 +11,7 @@
 // written)) and deletes it: a committed snapshot is only the ID of its block map.
 //
 // Slacker images take the remote-snapshot path: their one layer is annotated with
-// the snapshot it stands for (LabelSnapshot, passed to Prepare by containerd's
+// the snapshot it stands for (labels.LayerSnapshot, passed to Prepare by containerd's
 // unpacker because of its containerd.io/snapshot/ prefix). Prepare then records a
 // committed snapshot under the chain ID given in containerd.io/snapshot.ref and
 // returns ErrAlreadyExists, so containerd neither downloads nor unpacks the layer

@@ -22,24 +22,10 @@ import (
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
-)
-
-// Labels the snapshotter reads.
-const (
-	// LabelSnapshotRef is the chain ID containerd's unpacker gives Prepare: the
-	// name of the committed snapshot it is about to make.
-	LabelSnapshotRef = "containerd.io/snapshot.ref"
-	// LabelSnapshot names the Slacker snapshot a layer stands for. `slacker push`
-	// annotates the one layer of a Slacker image with it; the prefix
-	// containerd.io/snapshot/ makes every containerd client pass it to Prepare.
-	LabelSnapshot = image.AnnotationSnapshot
-	// LabelCRIImageRef and LabelCRILayerDigest are set by CRI (with
-	// disable_snapshot_annotations = false) and nerdctl; they name the image in logs.
-	LabelCRIImageRef    = "containerd.io/snapshot/cri.image-ref"
-	LabelCRILayerDigest = "containerd.io/snapshot/cri.layer-digest"
 )
 
 // Node is what the snapshotter needs from the node (*node.Node has it).
@@ -242,8 +228,8 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		}
 	}
 	if kind == snapshots.KindActive {
-		if target := base.Labels[LabelSnapshotRef]; target != "" {
-			if snap := base.Labels[LabelSnapshot]; snap != "" {
+		if target := base.Labels[labels.SnapshotRef]; target != "" {
+			if snap := base.Labels[labels.LayerSnapshot]; snap != "" {
 				return nil, s.prepareRemote(ctx, key, parent, target, digest.Digest(snap), opts)
 			}
 			s.logNotLazy(key, target, base.Labels)
@@ -278,10 +264,10 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		ro := kind == snapshots.KindView
 		// A container's root (an active snapshot that no layer is unpacked into) gets
 		// its image's start-up trace.
-		container := kind == snapshots.KindActive && parent != "" && base.Labels[LabelSnapshotRef] == "" &&
+		container := kind == snapshots.KindActive && parent != "" && base.Labels[labels.SnapshotRef] == "" &&
 			!strings.HasPrefix(key, "extract-")
 		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from, Startup: container,
-			Labels: map[string]string{"slacker.kind": "containerd", "containerd.key": key}}); err != nil {
+			Labels: map[string]string{labels.Kind: labels.KindContainerd, labels.ContainerdKey: key}}); err != nil {
 			return fmt.Errorf("clone %s for %s: %w", from, key, mapErr(err))
 		}
 		v, err := s.n.MountVolume(ctx, vid, ro)
@@ -305,7 +291,7 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target string, snap digest.Digest, opts []snapshots.Opt) error {
 	start := time.Now()
 	if err := store.CheckDigest(snap); err != nil {
-		return fmt.Errorf("label %s=%q: %w", LabelSnapshot, snap, errdefs.ErrInvalidArgument)
+		return fmt.Errorf("label %s=%q: %w", labels.LayerSnapshot, snap, errdefs.ErrInvalidArgument)
 	}
 	// The block map must be in the store this node reads: fail the pull with advice
 	// rather than let containerd unpack the placeholder layer.
@@ -344,13 +330,13 @@ func imageOf(opts []snapshots.Opt) string {
 	for _, o := range opts {
 		o(&info)
 	}
-	return info.Labels[LabelCRIImageRef]
+	return info.Labels[labels.CRIImageRef]
 }
 
 // logNotLazy says, once per image when containerd names it (CRI, nerdctl) and once
 // per layer otherwise, that a layer is being unpacked rather than mounted lazily.
-func (s *Snapshotter) logNotLazy(key, chain string, labels map[string]string) {
-	img := labels[LabelCRIImageRef]
+func (s *Snapshotter) logNotLazy(key, chain string, ls map[string]string) {
+	img := ls[labels.CRIImageRef]
 	if img != "" {
 		s.notLazyMu.Lock()
 		seen := s.notLazy[img]
@@ -363,7 +349,7 @@ func (s *Snapshotter) logNotLazy(key, chain string, labels map[string]string) {
 			return
 		}
 	}
-	s.log.Warn("snapshot-not-lazy", "image", img, "chain", chain, "layer", labels[LabelCRILayerDigest], "key", key,
+	s.log.Warn("snapshot-not-lazy", "image", img, "chain", chain, "layer", ls[labels.CRILayerDigest], "key", key,
 		"reason", "not a Slacker image: containerd downloads this layer and unpacks it into a clone; "+
 			"convert the image with `slacker convert` and push it for lazy pulls")
 }
@@ -420,7 +406,7 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 			"new_bytes", res.NewBytes)
 		// An unpack without labels (ctr 1.6 passes none) is known for what it was
 		// only now; with labels, Prepare said it already.
-		if info.Labels[LabelSnapshotRef] == "" && isUnpackKey(key) {
+		if info.Labels[labels.SnapshotRef] == "" && isUnpackKey(key) {
 			s.logNotLazy(key, name, info.Labels)
 		}
 	}
@@ -551,7 +537,7 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 	var errs []error
 	for _, v := range s.n.Volumes() {
 		id, ok := strings.CutPrefix(v.ID, s.o.VolumePrefix)
-		if !ok || !strings.HasPrefix(v.Labels["slacker.kind"], "containerd") {
+		if !ok || !strings.HasPrefix(v.Labels[labels.Kind], labels.KindContainerd) {
 			continue
 		}
 		if k, ok := kinds[id]; ok && k != snapshots.KindCommitted {
@@ -638,7 +624,7 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	}
 	vid := s.o.VolumePrefix + "base-" + fmt.Sprint(time.Now().UnixNano())
 	if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: mk.ID,
-		Labels: map[string]string{"slacker.kind": "containerd-base"}}); err != nil {
+		Labels: map[string]string{labels.Kind: labels.KindContainerdBase}}); err != nil {
 		return "", mapErr(err)
 	}
 	defer s.deleteVolume(context.WithoutCancel(ctx), vid)

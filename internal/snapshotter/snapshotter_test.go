@@ -20,6 +20,7 @@ import (
 	"github.com/containerd/containerd/snapshots/testsuite"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/snapshotter"
 	"github.com/slacker-dev/slacker/internal/testenv"
@@ -174,9 +175,9 @@ func TestRemoteSnapshot(t *testing.T) {
 	snap := f.slackerSnapshot(map[string]string{"hello": "from slacker\n"})
 	chain := digest.FromString("a chain ID").String()
 	labels := map[string]string{
-		snapshotter.LabelSnapshotRef: chain,
-		snapshotter.LabelSnapshot:    snap.String(),
-		"containerd.io/gc.root":      "x",
+		labels.SnapshotRef:      chain,
+		labels.LayerSnapshot:    snap.String(),
+		"containerd.io/gc.root": "x",
 	}
 	for i := range 2 { // a second pull of the same image finds it
 		_, err := f.sn.Prepare(f.ctx, fmt.Sprintf("default/%d/extract-%s", i, chain), "", snapshots.WithLabels(labels))
@@ -261,8 +262,8 @@ func TestRemoteSnapshotErrors(t *testing.T) {
 		{"not-a-digest", errdefs.IsInvalidArgument, "dev.slacker.snapshot"},
 	} {
 		_, err := f.sn.Prepare(f.ctx, "extract-"+tc.snap, "", snapshots.WithLabels(map[string]string{
-			snapshotter.LabelSnapshotRef: "sha256:" + strings.Repeat("a", 64),
-			snapshotter.LabelSnapshot:    tc.snap,
+			labels.SnapshotRef:   "sha256:" + strings.Repeat("a", 64),
+			labels.LayerSnapshot: tc.snap,
 		}))
 		if err == nil || !tc.want(err) || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("snapshot %q: %v", tc.snap, err)
@@ -283,7 +284,7 @@ func TestNotLazyLogged(t *testing.T) {
 		chain := digest.FromString(fmt.Sprint(i)).String()
 		key := "extract-" + chain
 		ms, err := f.sn.Prepare(f.ctx, key, "", snapshots.WithLabels(map[string]string{
-			snapshotter.LabelSnapshotRef: chain, snapshotter.LabelCRIImageRef: img}))
+			labels.SnapshotRef: chain, labels.CRIImageRef: img}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -310,7 +311,7 @@ func TestCleanup(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := f.d.Node.CreateVolume(f.ctx, node.CreateOptions{ID: "ctrd-999",
-		Labels: map[string]string{"slacker.kind": "containerd"}}); err != nil {
+		Labels: map[string]string{labels.Kind: labels.KindContainerd}}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.d.Node.CreateVolume(f.ctx, node.CreateOptions{ID: "other"}); err != nil {

@@ -40,7 +40,7 @@ var indexTagRE = regexp.MustCompile(`^i-[0-9a-f]{64}$`)
 func indexTag(d digest.Digest) string { return "i-" + d.Encoded() }
 
 // encodeCheckpoint lists packs, one per line: "<pack hex> <size> <created unix
-// seconds> <objects>", objects as in ObjectsAnnotation.
+// seconds> <objects>", objects as in labels.PackObjects.
 func encodeCheckpoint(packs []*pack) []byte {
 	var b bytes.Buffer
 	for _, p := range packs {

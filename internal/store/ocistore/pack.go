@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -19,9 +20,6 @@ const (
 	// PackMediaType is the artifact type of a pack manifest and the media type of
 	// its one layer, the pack blob: objects laid end to end.
 	PackMediaType = "application/vnd.slacker.pack.v1"
-	// ObjectsAnnotation lists the pack's objects in blob order: "<hex>:<size>,...".
-	// Each object starts where the previous one ends.
-	ObjectsAnnotation = "dev.slacker.pack.objects"
 	// MaxManifestSize bounds a pack manifest (registries refuse more than 4 MiB).
 	MaxManifestSize = 4 << 20
 )
@@ -76,7 +74,7 @@ func encodeManifest(blob digest.Digest, entries []entry, created time.Time) ([]b
 		Config:       ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: emptyDigest, Size: int64(len(emptyJSON))},
 		Layers:       []ocispec.Descriptor{{MediaType: PackMediaType, Digest: blob, Size: size}},
 		Annotations: map[string]string{
-			ObjectsAnnotation:         b.String(),
+			labels.PackObjects:        b.String(),
 			ocispec.AnnotationCreated: created.UTC().Format(time.RFC3339),
 		},
 	}
@@ -112,7 +110,7 @@ func decodeManifest(b []byte) (*pack, error) {
 	if t, err := time.Parse(time.RFC3339, m.Annotations[ocispec.AnnotationCreated]); err == nil {
 		p.created = t
 	}
-	entries, err := parseObjects(l.Digest, l.Size, m.Annotations[ObjectsAnnotation])
+	entries, err := parseObjects(l.Digest, l.Size, m.Annotations[labels.PackObjects])
 	if err != nil {
 		return nil, err
 	}

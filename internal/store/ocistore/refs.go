@@ -17,6 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -33,8 +34,6 @@ var _ store.Refs = (*Store)(nil)
 const (
 	// RefMediaType is the artifact type of a record manifest and its layer's type.
 	RefMediaType = "application/vnd.slacker.ref.v1"
-	// RefNameAnnotation gives a record manifest's name.
-	RefNameAnnotation = "dev.slacker.ref.name"
 )
 
 var refTagRE = regexp.MustCompile(`^r-[0-9a-f]{48}$`)
@@ -70,7 +69,7 @@ func (s *Store) PutRef(ctx context.Context, name string, b []byte) error {
 		Config:       ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: emptyDigest, Size: int64(len(emptyJSON))},
 		Layers:       []ocispec.Descriptor{{MediaType: RefMediaType, Digest: d, Size: int64(len(b))}},
 		Annotations: map[string]string{
-			RefNameAnnotation:         name,
+			labels.RefName:            name,
 			ocispec.AnnotationCreated: time.Now().UTC().Format(time.RFC3339Nano),
 		},
 	}
@@ -106,8 +105,8 @@ func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("get record %s: %w", name, err)
 	}
-	if m.Annotations[RefNameAnnotation] != name {
-		return nil, fmt.Errorf("get record %s: the registry's record is named %q: %w", name, m.Annotations[RefNameAnnotation], store.ErrCorrupt)
+	if m.Annotations[labels.RefName] != name {
+		return nil, fmt.Errorf("get record %s: the registry's record is named %q: %w", name, m.Annotations[labels.RefName], store.ErrCorrupt)
 	}
 	l := m.Layers[0]
 	if l.Size == 0 {
@@ -173,7 +172,7 @@ func (s *Store) ListRefs(ctx context.Context, prefix string, fn func(name string
 			if err != nil {
 				return err
 			}
-			n := m.Annotations[RefNameAnnotation]
+			n := m.Annotations[labels.RefName]
 			if store.CheckRefName(n) != nil || refTag(n) != t {
 				return nil
 			}
