@@ -148,8 +148,8 @@ func run(cfg config.Daemon) error {
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, StartupWindow: r.StartupWindow, Logger: log,
 		Fetch: fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
-			Roots: snapshotter.Snapshots(filepath.Join(r.Root, "snapshotter"),
-				graphdriver.Snapshots(filepath.Join(r.Root, "graphdriver"), daemon.NamedSnapshots(r.Root)))},
+			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
+				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},
 	})
 	if err != nil {
 		return err

@@ -7,13 +7,14 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/names"
+	"github.com/slacker-dev/slacker/internal/node"
 )
 
-// NamedSnapshots returns a function listing the snapshots the images named on this
-// node use (each image's snapshot and those of its layers, in the name store under
+// NamedSnapshots lists the snapshots the images named on this node use (each
+// image's snapshot and those of its layers, in the name store under
 // stateRoot/images), for the node's lease: a store shared by many nodes keeps what
 // any of them names.
-func NamedSnapshots(stateRoot string) func(context.Context) ([]digest.Digest, error) {
+func NamedSnapshots(stateRoot string) node.RootSource {
 	return func(context.Context) ([]digest.Digest, error) {
 		ns, err := names.Open(filepath.Join(stateRoot, "images"))
 		if err != nil {

@@ -29,12 +29,55 @@ import (
 type LeaseConfig struct {
 	Interval time.Duration // between refreshes (1m)
 	TTL      time.Duration // how long a lease protects after its last refresh (24h)
-	// Roots, if set, returns the snapshots in use on the node besides the bases of
-	// its volumes: the images named on it.
-	Roots func(ctx context.Context) ([]digest.Digest, error)
+	// Roots list the snapshots in use on the node besides the bases of its volumes:
+	// the images named on it, the layers containerd and Docker hold.
+	Roots []RootSource
 	// Hold keeps each snapshot the node writes in its lease this long (1h): a
 	// conversion or commit names it, or clones it, a moment later.
 	Hold time.Duration
+}
+
+// A RootSource lists snapshots in use on the node that no volume clones (an
+// image is only its snapshot until a container runs it). An error keeps the
+// lease's last list in force: a source that cannot be read must not let its
+// snapshots be collected.
+type RootSource func(ctx context.Context) ([]digest.Digest, error)
+
+// RecordRoots is the RootSource of a directory of JSON records (files ending in
+// .json), each naming at most one snapshot, found by snapshotOf ("" for none).
+// A record removed while it is read is skipped; one that cannot be read or
+// decoded fails the listing. A missing directory lists nothing.
+func RecordRoots(dir, what string, snapshotOf func(record []byte) (digest.Digest, error)) RootSource {
+	return func(ctx context.Context) ([]digest.Digest, error) {
+		ents, err := os.ReadDir(dir)
+		if os.IsNotExist(err) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s records: %w", what, err)
+		}
+		var out []digest.Digest
+		for _, e := range ents {
+			if !strings.HasSuffix(e.Name(), ".json") {
+				continue
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			if os.IsNotExist(err) {
+				continue // removed meanwhile
+			}
+			var d digest.Digest
+			if err == nil {
+				d, err = snapshotOf(b)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s record %s: %w", what, e.Name(), err)
+			}
+			if d != "" {
+				out = append(out, d)
+			}
+		}
+		return out, nil
+	}
 }
 
 // leaser keeps the node's lease.
@@ -148,8 +191,16 @@ func (l *leaser) write(ctx context.Context) error {
 	for _, b := range l.n.bases() {
 		snaps[b] = true
 	}
-	if l.cfg.Roots != nil {
-		roots, err := l.cfg.Roots(ctx)
+	if len(l.cfg.Roots) > 0 {
+		var roots []digest.Digest
+		var err error
+		for _, src := range l.cfg.Roots {
+			var rs []digest.Digest
+			if rs, err = src(ctx); err != nil {
+				break
+			}
+			roots = append(roots, rs...)
+		}
 		l.mu.Lock()
 		if err != nil {
 			l.log.Warn("lease-roots-unreadable", "err", err, "action", "keeping the last roots read")
