@@ -14,7 +14,7 @@ import (
 )
 
 // DefaultChunkSize is the largest chunk Snapshot cuts from a run of written blocks.
-// See docs/design-notes.md for how it was chosen.
+// docs/design.md ("Chunk size") says how it was chosen.
 const DefaultChunkSize = 256 << 10
 
 // SnapshotOptions tune Snapshot.
