@@ -5,7 +5,7 @@ package main
 import (
 	"os"
 
-	"github.com/slacker-dev/slacker/internal/hellobench/benchcmd"
+	"github.com/slacker-dev/slacker/bench/hellobench/benchcmd"
 )
 
 func main() {

@@ -8,10 +8,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/slacker-dev/slacker/internal/bench/core"
-	"github.com/slacker-dev/slacker/internal/eval"
-	"github.com/slacker-dev/slacker/internal/eval/evalcmd"
-	"github.com/slacker-dev/slacker/internal/hellobench/benchcmd"
+	"github.com/slacker-dev/slacker/bench/core"
+	"github.com/slacker-dev/slacker/bench/eval"
+	"github.com/slacker-dev/slacker/bench/eval/evalcmd"
+	"github.com/slacker-dev/slacker/bench/hellobench/benchcmd"
 )
 
 func newBench(e *env) *cobra.Command {

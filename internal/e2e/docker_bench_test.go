@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
