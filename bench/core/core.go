@@ -3,16 +3,13 @@ package core
 import (
 	"context"
 	_ "embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 	"time"
@@ -80,19 +77,16 @@ type Machine struct {
 }
 
 type bench struct {
-	o       Options
-	rep     *Report
-	imgs    map[string]rig.Image
-	refs    map[string]map[string]string // system -> image -> ref
-	systems []rig.System
-	slacker *rig.Slacker
+	o        Options
+	rep      *Report
+	imgs     map[string]rig.Image
+	refs     map[string]map[string]string // system -> image -> ref
+	systems  []rig.System
+	slacker  *rig.Slacker
+	progress *rig.Progress
 }
 
-func (b *bench) printf(format string, args ...any) {
-	if b.o.Progress != nil {
-		fmt.Fprintf(b.o.Progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
-}
+func (b *bench) printf(format string, args ...any) { b.progress.Printf(format, args...) }
 
 func (b *bench) add(sys, img, metric string, v float64, run int) {
 	b.rep.Samples = append(b.rep.Samples, Sample{System: sys, Image: img, Metric: metric, Value: v, Run: run})
@@ -115,8 +109,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if len(o.Images) == 0 {
 		o.Images = []string{"minbase"}
 	}
-	b := &bench{o: o, rep: &Report{Date: time.Now().UTC(), Machine: machine(), Commit: commit(), Runs: o.Runs},
-		imgs: map[string]rig.Image{}, refs: map[string]map[string]string{}}
+	rec := rig.NewRecord()
+	b := &bench{o: o, rep: &Report{Date: rec.Date, Machine: machineOf(rec.Machine), Commit: rec.Commit, Runs: o.Runs},
+		imgs: map[string]rig.Image{}, refs: map[string]map[string]string{}, progress: rig.NewProgress(o.Progress)}
 	if err := os.RemoveAll(o.Dir); err != nil {
 		return nil, err
 	}
@@ -154,7 +149,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		b.seqRead(ctx)
 	}
 	if o.Results != "" {
-		if err := writeJSON(o.Results, b.rep); err != nil {
+		if err := rig.WriteJSON(o.Results, b.rep); err != nil {
 			return b.rep, err
 		}
 	}
@@ -408,42 +403,7 @@ func sortedKeys[V any](m map[string]V) []string {
 	return out
 }
 
-func writeJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	return os.WriteFile(path, b, 0o644)
-}
-
-func machine() Machine {
-	m := Machine{CPUs: runtime.NumCPU()}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				_, v, _ := strings.Cut(l, ":")
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		l, _, _ := strings.Cut(string(b), "\n")
-		m.Memory = strings.Join(strings.Fields(strings.TrimPrefix(l, "MemTotal:")), " ")
-	}
-	return m
-}
-
-func commit() string {
-	out, err := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-	if err != nil {
-		return "unknown"
-	}
-	return strings.TrimSpace(string(out))
+// machineOf keeps the machine fields the core benchmark's JSON has always held.
+func machineOf(m rig.Machine) Machine {
+	return Machine{Kernel: m.Kernel, CPU: m.CPU, CPUs: m.CPUs, Memory: m.Memory}
 }

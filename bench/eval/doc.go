@@ -5,11 +5,13 @@
 // HelloBench corpus, micro-benchmarks, push/pull scalability, long-running servers,
 // MultiMake, 64 containers from one image, and fio on several filesystems.
 //
-// This package holds what the items share: the record of a run (Meta: date,
-// machine, commit, command), JSON files, the Section every item's result renders
-// as (figures, tables, headline numbers), and small process helpers. Each item lives
-// in its own subpackage; package report renders them all as one HTML page, and
-// package evalcmd is the command tree.
+// This package holds what the items share beyond the rig (bench/rig): the record
+// of a run as an item's JSON holds it (Meta: date, machine, commit and command from
+// the rig's Record, elapsed time, notes, failures), the pair of systems every item
+// compares, the Section every item's result renders as (figures, tables, headline
+// numbers), cgroups, and small process helpers. Each item lives in its own
+// subpackage; package report renders them all as one HTML page, and package
+// evalcmd is the command tree.
 //
 // Nothing here asserts anything about a number: benchmarks are not tests. Items
 // measure systems side by side in one run and report medians and ratios, with the

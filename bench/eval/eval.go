@@ -3,18 +3,14 @@ package eval
 import (
 	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/slacker-dev/slacker/internal/buildinfo"
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 // Meta describes one run of an item.
@@ -48,8 +44,14 @@ type Machine struct {
 
 // NewMeta starts the record of a run of item.
 func NewMeta(item string) *Meta {
-	return &Meta{Item: item, Date: time.Now().UTC(), Commit: buildinfo.Commit(), Machine: ThisMachine(),
-		Command: os.Args, start: time.Now()}
+	rec := rig.NewRecord()
+	return &Meta{Item: item, Date: rec.Date, Commit: rec.Commit, Machine: machineOf(rec.Machine),
+		Command: rec.Command, start: time.Now()}
+}
+
+// machineOf keeps the machine fields an item's JSON has always held.
+func machineOf(m rig.Machine) Machine {
+	return Machine{Kernel: m.Kernel, CPU: m.CPU, CPUs: m.CPUs, Memory: m.Memory, Load: m.Load}
 }
 
 // Done sets Elapsed.
@@ -66,99 +68,6 @@ func (m *Meta) Fail(format string, args ...any) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.Failed = append(m.Failed, fmt.Sprintf(format, args...))
-}
-
-// ThisMachine describes the machine.
-func ThisMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU()}
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				_, v, _ := strings.Cut(l, ":")
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		l, _, _ := strings.Cut(string(b), "\n")
-		m.Memory = strings.Join(strings.Fields(strings.TrimPrefix(l, "MemTotal:")), " ")
-	}
-	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
-		if f := strings.Fields(string(b)); len(f) > 0 {
-			m.Load = f[0]
-		}
-	}
-	return m
-}
-
-// WriteJSON writes v to path atomically (indented, with a final newline).
-func WriteJSON(path string, v any) error {
-	b, err := json.MarshalIndent(v, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
-
-// ReadJSON decodes the file at path into v.
-func ReadJSON(path string, v any) error {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal(b, v); err != nil {
-		return fmt.Errorf("decode %s: %w", path, err)
-	}
-	return nil
-}
-
-// Progress prints timestamped progress lines; a nil writer discards them. It is safe
-// for concurrent use.
-type Progress struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-// NewProgress returns a Progress writing to w.
-func NewProgress(w io.Writer) *Progress { return &Progress{w: w} }
-
-// Printf prints one line.
-func (p *Progress) Printf(format string, args ...any) {
-	if p == nil || p.w == nil {
-		return
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-}
-
-// Binaries are the programs an item drives.
-type Binaries struct {
-	Slacker, Slackerd string
-}
-
-// Check reports a missing binary with what to do.
-func (b Binaries) Check() error {
-	for _, p := range []string{b.Slacker, b.Slackerd} {
-		if p == "" {
-			return fmt.Errorf("slacker and slackerd binaries are needed (scripts/setup.sh builds them into bin/)")
-		}
-		if _, err := os.Stat(p); err != nil {
-			return fmt.Errorf("%w (scripts/setup.sh builds bin/slacker and bin/slackerd)", err)
-		}
-	}
-	return nil
 }
 
 // NeedTools returns an error naming the first of tools not on PATH, with the Debian

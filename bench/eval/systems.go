@@ -27,7 +27,7 @@ type PairOptions struct {
 	// Dir holds the registry's data, Slacker's store and nodes, and containerd's root
 	// (keep it short: containerd's socket lives there). It is emptied first.
 	Dir      string
-	Binaries Binaries
+	Binaries rig.Binaries
 	// DaemonArgs are extra slackerd flags.
 	DaemonArgs []string
 }

@@ -20,7 +20,8 @@ type RunSpec struct {
 	Args []string
 	// Stdin, when not nil, is the container's standard input; nil gives none.
 	Stdin io.Reader
-	// Stdout and Stderr receive the container's output (nil discards it).
+	// Stdout and Stderr receive the container's output (nil discards it). Given the
+	// same writer, the two are one stream, in the order the container wrote them.
 	Stdout, Stderr io.Writer
 }
 
@@ -38,30 +39,52 @@ type Starter interface {
 	Start(ctx context.Context, ref string, spec RunSpec) (*Container, error)
 }
 
-// Container is a container started by a Starter: the user-facing run command
-// (`slacker run`, `ctr run`) running in the background.
+// Container is a container running in the background: the command that runs it in
+// the foreground (`slacker run`, `ctr run`, `runc run`), started by StartContainer,
+// and what its system does to it (ContainerOps).
 type Container struct {
-	Name    string
+	Name string
+	// Started is when the start began: StartContainer sets it just before the run
+	// command starts; a caller that prepared the container itself (made its root,
+	// its bundle) may set it earlier, so that the preparation counts.
 	Started time.Time
 
 	cmd     *exec.Cmd
 	done    chan struct{}
 	code    int
 	err     error
-	stderr  *tailBuffer
-	pid     func(ctx context.Context) (int, error)
-	kill    func(ctx context.Context) error
-	remove  func(ctx context.Context) (ContainerStats, error)
+	stderr  *Tail
+	ops     ContainerOps
 	removed sync.Once
 }
 
-// startCommand starts cmd (the run command) with spec's stdio and returns the
-// container watching it. pid, kill and remove are the system's.
-func startCommand(cmd *exec.Cmd, spec RunSpec) (*Container, error) {
-	c := &Container{Name: spec.Name, cmd: cmd, done: make(chan struct{}), stderr: &tailBuffer{max: 8 << 10}}
+// ContainerOps are what a system does to a container it started.
+type ContainerOps struct {
+	// PID is the host PID of the container's first process; an error (or 0) while
+	// the runtime does not know it yet.
+	PID func(ctx context.Context) (int, error)
+	// Kill sends the container SIGKILL.
+	Kill func(ctx context.Context) error
+	// Remove deletes the stopped container and returns its statistics (-1 where
+	// unknown).
+	Remove func(ctx context.Context) (ContainerStats, error)
+}
+
+// StartContainer starts cmd, the command that runs the container in the
+// foreground, with spec's standard input and output, in a process group of its own,
+// and returns the container watching it.
+func StartContainer(cmd *exec.Cmd, spec RunSpec, ops ContainerOps) (*Container, error) {
+	c := &Container{Name: spec.Name, cmd: cmd, done: make(chan struct{}), stderr: NewTail(8 << 10), ops: ops}
 	cmd.Stdin = spec.Stdin
-	cmd.Stdout = orDiscard(spec.Stdout)
-	cmd.Stderr = io.MultiWriter(orDiscard(spec.Stderr), c.stderr)
+	// The tail is written first, so a failure report made as soon as a reader of
+	// the output saw something includes it.
+	if spec.Stdout != nil && sameWriter(spec.Stdout, spec.Stderr) {
+		cmd.Stdout = io.MultiWriter(c.stderr, spec.Stdout)
+		cmd.Stderr = cmd.Stdout
+	} else {
+		cmd.Stdout = orDiscard(spec.Stdout)
+		cmd.Stderr = io.MultiWriter(c.stderr, orDiscard(spec.Stderr))
+	}
 	// Its own process group: a ^C of the harness reaches the harness, which stops the
 	// container itself, rather than killing the CLI in the middle of its clean-up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -86,6 +109,17 @@ func startCommand(cmd *exec.Cmd, spec RunSpec) (*Container, error) {
 	return c, nil
 }
 
+// sameWriter reports whether a and b are one writer (false for writers that
+// cannot be compared).
+func sameWriter(a, b io.Writer) (same bool) {
+	defer func() {
+		if recover() != nil {
+			same = false
+		}
+	}()
+	return a == b
+}
+
 func orDiscard(w io.Writer) io.Writer {
 	if w == nil {
 		return io.Discard
@@ -103,14 +137,15 @@ func (c *Container) ExitCode() int { return c.code }
 // Err is an error waiting for the run command (not its exit status).
 func (c *Container) Err() error { return c.err }
 
-// StderrTail is the end of the run command's standard error, for failure reports.
+// StderrTail is the end of the run command's standard error (of both streams when
+// the RunSpec gave them one writer), for failure reports.
 func (c *Container) StderrTail() string { return c.stderr.String() }
 
 // PID returns the host PID of the container's first process, waiting until the
 // runtime knows it; an error if the container exits first or ctx ends.
 func (c *Container) PID(ctx context.Context) (int, error) {
 	for {
-		if pid, err := c.pid(ctx); err == nil && pid > 0 {
+		if pid, err := c.ops.PID(ctx); err == nil && pid > 0 {
 			return pid, nil
 		}
 		select {
@@ -131,7 +166,7 @@ func (c *Container) Stop(ctx context.Context) error {
 		return nil
 	default:
 	}
-	kerr := c.kill(ctx)
+	kerr := c.ops.Kill(ctx)
 	select {
 	case <-c.done:
 		return nil
@@ -152,20 +187,34 @@ func (c *Container) Remove(ctx context.Context) (ContainerStats, error) {
 			err = serr
 		}
 		var rerr error
-		st, rerr = c.remove(ctx)
+		st, rerr = c.ops.Remove(ctx)
 		err = errors.Join(err, rerr)
 	})
 	return st, err
 }
 
-// tailBuffer keeps the last max bytes written.
-type tailBuffer struct {
+// Netns is the path of the network namespace of the container's first process,
+// waiting until the runtime knows it (see PID).
+func (c *Container) Netns(ctx context.Context) (string, error) {
+	pid, err := c.PID(ctx)
+	if err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("/proc/%d/ns/net", pid), nil
+}
+
+// Tail keeps the last bytes written to it, for failure reports. It is safe for
+// concurrent use.
+type Tail struct {
 	mu  sync.Mutex
 	max int
 	b   []byte
 }
 
-func (t *tailBuffer) Write(p []byte) (int, error) {
+// NewTail returns a Tail keeping the last max bytes.
+func NewTail(max int) *Tail { return &Tail{max: max} }
+
+func (t *Tail) Write(p []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.b = append(t.b, p...)
@@ -175,8 +224,18 @@ func (t *tailBuffer) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (t *tailBuffer) String() string {
+// String is what was kept, without leading and trailing white space.
+func (t *Tail) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimSpace(string(t.b))
+}
+
+// LastLines is the last n lines of s on one line, joined by " | ".
+func LastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, " | ")
 }

@@ -182,23 +182,20 @@ func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Cont
 		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/run,options=rbind:rw", filepath.Join(dir, "run")))
 	}
 	args = append(append(args, ref, spec.Name), spec.Args...)
-	ct, err := startCommand(exec.Command("ctr", args...), spec)
-	if err != nil {
-		return nil, err
-	}
 	sock := c.c.Socket
-	ct.pid = func(context.Context) (int, error) {
+	var ops ContainerOps
+	ops.PID = func(context.Context) (int, error) {
 		b, err := os.ReadFile(filepath.Join(dir, "pid"))
 		if err != nil {
 			return 0, err
 		}
 		return strconv.Atoi(strings.TrimSpace(string(b)))
 	}
-	ct.kill = func(ctx context.Context) error {
+	ops.Kill = func(ctx context.Context) error {
 		_, err := must(ctx, "ctr", "-a", sock, "-n", "bench", "tasks", "kill", "-s", "SIGKILL", spec.Name)
 		return err
 	}
-	ct.remove = func(ctx context.Context) (ContainerStats, error) {
+	ops.Remove = func(ctx context.Context) (ContainerStats, error) {
 		st := ContainerStats{ReadBytes: -1, FetchedBytes: -1}
 		r, err := timed(ctx, nil, "ctr", "-a", sock, "-n", "bench", "containers", "rm", spec.Name)
 		if err == nil && r.ExitCode != 0 && !strings.Contains(r.Stderr, "not found") {
@@ -206,7 +203,7 @@ func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Cont
 		}
 		return st, err
 	}
-	return ct, nil
+	return StartContainer(exec.Command("ctr", args...), spec, ops)
 }
 
 // FetchedBytes is the compressed size of the images pulled since Cold: containerd

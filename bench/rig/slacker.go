@@ -276,13 +276,10 @@ func (s *Slacker) Start(ctx context.Context, ref string, spec RunSpec) (*Contain
 	args = append(append(args, ref, "--"), spec.Args...)
 	cmd := exec.Command(s.o.Slacker, args...)
 	cmd.Env = append(os.Environ(), "SLACKER_SOCKET="+s.socket())
-	ct, err := startCommand(cmd, spec)
-	if err != nil {
-		return nil, err
-	}
 	rt := runtimeOf(info.StateRoot)
 	var id string
-	ct.pid = func(ctx context.Context) (int, error) {
+	var ops ContainerOps
+	ops.PID = func(ctx context.Context) (int, error) {
 		if id == "" {
 			if id = containerID(info.StateRoot, spec.Name); id == "" {
 				return 0, fmt.Errorf("container %s not created yet", spec.Name)
@@ -294,14 +291,14 @@ func (s *Slacker) Start(ctx context.Context, ref string, spec RunSpec) (*Contain
 		}
 		return pid, nil
 	}
-	ct.kill = func(ctx context.Context) error {
+	ops.Kill = func(ctx context.Context) error {
 		if id == "" {
 			id = containerID(info.StateRoot, spec.Name)
 		}
 		_, err := must(ctx, "runc", "--root", filepath.Join(info.StateRoot, "runc"), "kill", id, "KILL")
 		return err
 	}
-	ct.remove = func(ctx context.Context) (ContainerStats, error) {
+	ops.Remove = func(ctx context.Context) (ContainerStats, error) {
 		st := ContainerStats{ReadBytes: -1, FetchedBytes: -1}
 		r, err := s.cli(ctx, nil, "stats", "--json", spec.Name)
 		if err == nil && r.ExitCode == 0 {
@@ -320,7 +317,7 @@ func (s *Slacker) Start(ctx context.Context, ref string, spec RunSpec) (*Contain
 		}
 		return st, err
 	}
-	return ct, nil
+	return StartContainer(cmd, spec, ops)
 }
 
 // containerID finds the ID of the container called name in Slacker's state.

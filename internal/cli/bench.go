@@ -2,41 +2,20 @@ package cli
 
 import (
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 
 	"github.com/spf13/cobra"
 
 	"github.com/slacker-dev/slacker/bench/core"
-	"github.com/slacker-dev/slacker/bench/eval"
 	"github.com/slacker-dev/slacker/bench/eval/evalcmd"
 	"github.com/slacker-dev/slacker/bench/hellobench/benchcmd"
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 func newBench(e *env) *cobra.Command {
 	cmd := benchcmd.NewCommand()
 	cmd.AddCommand(newBenchCore(e))
-	cmd.AddCommand(evalcmd.NewCommand(func() (eval.Binaries, error) {
-		s, d, err := binaries()
-		return eval.Binaries{Slacker: s, Slackerd: d}, err
-	}))
+	cmd.AddCommand(evalcmd.NewCommand(func() (rig.Binaries, error) { return rig.FindBinaries("", "") }))
 	return cmd
-}
-
-// binaries finds this slacker binary and the slackerd next to it (or on PATH).
-func binaries() (string, string, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return "", "", err
-	}
-	d := filepath.Join(filepath.Dir(self), "slackerd")
-	if _, err := os.Stat(d); err != nil {
-		if d, err = exec.LookPath("slackerd"); err != nil {
-			return "", "", fmt.Errorf("slackerd is neither next to %s nor on PATH", self)
-		}
-	}
-	return self, d, nil
 }
 
 func newBenchCore(e *env) *cobra.Command {
@@ -54,10 +33,11 @@ own slackerd, containerd and registry; needs root.`,
   slacker bench core --images minbase,big --micro --runs 5 --results out.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var err error
-			if o.Slacker, o.Slackerd, err = binaries(); err != nil {
+			bins, err := rig.FindBinaries("", "")
+			if err != nil {
 				return err
 			}
+			o.Slacker, o.Slackerd = bins.Slacker, bins.Slackerd
 			o.Progress = e.stderr
 			rep, err := core.Run(cmd.Context(), o)
 			if rep != nil {

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/eval"
+	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/bench/workload"
 )
 
@@ -23,12 +24,12 @@ type Options struct {
 	// Static skips the start-up runs (no root, no daemons: the corpus alone).
 	Static   bool
 	Dir      string // work directory of the start-up runs
-	Binaries eval.Binaries
+	Binaries rig.Binaries
 	// Runs is the number of cold start-up pairs per workload.
 	Runs       int
 	Seed       uint64
 	DaemonArgs []string
-	Progress   *eval.Progress
+	Progress   *rig.Progress
 }
 
 // Image is what the analysis found in one image.

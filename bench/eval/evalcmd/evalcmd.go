@@ -22,6 +22,7 @@ import (
 	"github.com/slacker-dev/slacker/bench/eval/report"
 	"github.com/slacker-dev/slacker/bench/eval/scale"
 	"github.com/slacker-dev/slacker/bench/eval/storage"
+	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/internal/units"
 )
 
@@ -33,7 +34,7 @@ type common struct {
 	daemonArgs        []string
 	keep              bool
 	images            string
-	bins              func() (eval.Binaries, error)
+	bins              func() (rig.Binaries, error)
 }
 
 // Items are the evaluation's items, in report order.
@@ -54,14 +55,14 @@ func load[T any, P interface {
 	eval.Sectioner
 }](path string) (eval.Sectioner, error) {
 	var v T
-	if err := eval.ReadJSON(path, &v); err != nil {
+	if err := rig.ReadJSON(path, &v); err != nil {
 		return nil, err
 	}
 	return P(&v), nil
 }
 
 // NewCommand returns `eval`. bins finds the slacker and slackerd binaries.
-func NewCommand(bins func() (eval.Binaries, error)) *cobra.Command {
+func NewCommand(bins func() (rig.Binaries, error)) *cobra.Command {
 	c := &common{bins: bins}
 	cmd := &cobra.Command{
 		Use:   "eval",
@@ -107,7 +108,7 @@ func (c *common) finish(cmd *cobra.Command, item string, res eval.Sectioner, run
 		return runErr
 	}
 	path := filepath.Join(c.out, item+".json")
-	if err := eval.WriteJSON(path, res); err != nil {
+	if err := rig.WriteJSON(path, res); err != nil {
 		return err
 	}
 	fmt.Fprintf(cmd.ErrOrStderr(), "wrote %s\n", path)
@@ -129,8 +130,8 @@ func (c *common) render(cmd *cobra.Command) error {
 	return nil
 }
 
-func (c *common) progress(cmd *cobra.Command) *eval.Progress {
-	return eval.NewProgress(cmd.ErrOrStderr())
+func (c *common) progress(cmd *cobra.Command) *rig.Progress {
+	return rig.NewProgress(cmd.ErrOrStderr())
 }
 
 func newReport(c *common) *cobra.Command {
@@ -220,7 +221,7 @@ xfsprogs and btrfs-progs.`,
 
 // needBins returns the binaries when targets (empty: all) include one of the
 // systems that need them.
-func needBins(c *common, targets []string, systems ...string) (eval.Binaries, error) {
+func needBins(c *common, targets []string, systems ...string) (rig.Binaries, error) {
 	need := len(targets) == 0
 	for _, t := range targets {
 		for _, s := range systems {
@@ -228,7 +229,7 @@ func needBins(c *common, targets []string, systems ...string) (eval.Binaries, er
 		}
 	}
 	if !need {
-		return eval.Binaries{}, nil
+		return rig.Binaries{}, nil
 	}
 	return c.bins()
 }

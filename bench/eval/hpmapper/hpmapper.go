@@ -56,9 +56,9 @@ type Options struct {
 	Limits     []int64
 	Runs       int
 	Seed       uint64
-	Binaries   eval.Binaries
+	Binaries   rig.Binaries
 	DaemonArgs []string
-	Progress   *eval.Progress
+	Progress   *rig.Progress
 }
 
 // Sample is one start of N containers.
@@ -379,7 +379,7 @@ func start(ctx context.Context, o Options, s rig.System, ref string, cfg v1.Conf
 	// Stop and remove everything.
 	for _, c := range cs {
 		if c != nil {
-			if err := c.Stop(ctx); err != nil && smp.Error == "" {
+			if _, err := c.Remove(context.WithoutCancel(ctx)); err != nil && smp.Error == "" {
 				smp.Error = "clean-up: " + err.Error()
 			}
 		}

@@ -6,7 +6,10 @@
 // `runc run`). Both give the container an /etc/hosts, hostname and resolv.conf, as
 // Docker and `slacker run` do, and optionally a cgroup under a parent of ours.
 //
-// It owns nothing else: the systems' daemons come from package rig.
+// The container itself (its run command watched in the background, its process,
+// its exit, stopping and removing it) is the rig's Container, as the HelloBench
+// harness's is; this package adds how the evaluation makes each system's containers
+// and the watching of their output lines. The systems' daemons come from the rig.
 package launch
 
 import (
@@ -22,8 +25,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -38,12 +39,25 @@ import (
 
 // Launcher starts containers of one image on one system.
 type Launcher interface {
-	start(ctx context.Context, id string, out io.Writer) (*exec.Cmd, error)
+	// command prepares container id (its /etc files; on Slacker its volume and
+	// bundle) and returns the command that runs it in the foreground.
+	command(ctx context.Context, id string) (*exec.Cmd, error)
 	pid(ctx context.Context, id string) (int, error)
 	kill(ctx context.Context, id string) error
 	remove(ctx context.Context, id string) error
 	// VolumeStats is the container's volume's statistics (Slacker only).
 	VolumeStats(ctx context.Context, id string) (api.VolumeStats, bool)
+}
+
+// opsOf is what l does to container id, for the rig's container.
+func opsOf(l Launcher, id string) rig.ContainerOps {
+	return rig.ContainerOps{
+		PID:  func(ctx context.Context) (int, error) { return l.pid(ctx, id) },
+		Kill: func(ctx context.Context) error { return l.kill(ctx, id) },
+		Remove: func(ctx context.Context) (rig.ContainerStats, error) {
+			return rig.ContainerStats{ReadBytes: -1, FetchedBytes: -1}, l.remove(ctx, id)
+		},
+	}
 }
 
 // Options configure a launcher.
@@ -79,33 +93,31 @@ func New(ctx context.Context, s rig.System, o Options) (Launcher, error) {
 	return nil, fmt.Errorf("no launcher for %s", s.Name())
 }
 
-// Container is a started container.
+// Container is a started container: the rig's, whose output lines are matched
+// against the patterns given to WaitLine. Remove stops and deletes it (its volume
+// too).
 type Container struct {
-	ID      string
-	Started time.Time
-	l       Launcher
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	exitErr error
-	code    int
-	tail    *tailWriter
-	lines   chan string
-	mu      sync.Mutex
-	matched map[*regexp.Regexp]time.Time
+	*rig.Container
+	ID    string
+	lines chan string
 }
 
-// Start starts container id. Its output is kept (the end of it, for errors) and
-// matched against the patterns given to WaitLine.
+// Start starts container id.
 func Start(ctx context.Context, l Launcher, id string) (*Container, error) {
-	c := &Container{ID: id, l: l, exited: make(chan struct{}), tail: &tailWriter{max: 8 << 10}, lines: make(chan string, 1024)}
-	pr, pw := io.Pipe()
-	c.Started = time.Now()
-	cmd, err := l.start(ctx, id, io.MultiWriter(pw, c.tail))
+	began := time.Now()
+	cmd, err := l.command(ctx, id)
 	if err != nil {
+		return nil, err
+	}
+	c := &Container{ID: id, lines: make(chan string, 1024)}
+	pr, pw := io.Pipe()
+	if c.Container, err = rig.StartContainer(cmd, rig.RunSpec{Name: id, Stdout: pw, Stderr: pw}, opsOf(l, id)); err != nil {
 		pw.Close()
 		return nil, err
 	}
-	c.cmd = cmd
+	// What the launcher prepared (on Slacker the volume's clone and mount) counts
+	// in the start, as it does inside `slacker run`.
+	c.Started = began
 	go func() {
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
@@ -119,17 +131,8 @@ func Start(ctx context.Context, l Launcher, id string) (*Container, error) {
 		close(c.lines)
 	}()
 	go func() {
-		err := cmd.Wait()
-		var ee *exec.ExitError
-		switch {
-		case errors.As(err, &ee):
-			c.code = ee.ExitCode()
-		case err != nil:
-			c.code = -1
-		}
-		c.exitErr = err
+		<-c.Done() // the run command has exited and its output is all written
 		pw.Close()
-		close(c.exited)
 	}()
 	return c, nil
 }
@@ -141,8 +144,8 @@ func (c *Container) WaitLine(ctx context.Context, re *regexp.Regexp) (time.Time,
 		select {
 		case l, ok := <-c.lines:
 			if !ok {
-				<-c.exited
-				return time.Time{}, fmt.Errorf("%s exited (status %d) without printing /%s/: %s", c.ID, c.code, re, c.Tail())
+				<-c.Done()
+				return time.Time{}, fmt.Errorf("%s exited (status %d) without printing /%s/: %s", c.ID, c.ExitCode(), re, c.Tail())
 			}
 			if re.MatchString(l) {
 				return time.Now(), nil
@@ -153,90 +156,9 @@ func (c *Container) WaitLine(ctx context.Context, re *regexp.Regexp) (time.Time,
 	}
 }
 
-// Exited is closed when the container's run command has exited; ExitCode is its
-// status then.
-func (c *Container) Exited() <-chan struct{} { return c.exited }
-func (c *Container) ExitCode() int           { return c.code }
-
-// Tail is the end of the container's output.
-func (c *Container) Tail() string { return c.tail.String() }
-
-// PID is the container's first process on the host, waiting until the runtime knows
-// it.
-func (c *Container) PID(ctx context.Context) (int, error) {
-	for {
-		if pid, err := c.l.pid(ctx, c.ID); err == nil && pid > 0 {
-			return pid, nil
-		}
-		select {
-		case <-c.exited:
-			return 0, fmt.Errorf("%s exited (status %d) before its process was known: %s", c.ID, c.code, c.Tail())
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
-// Netns is the path of the container's network namespace.
-func (c *Container) Netns(ctx context.Context) (string, error) {
-	pid, err := c.PID(ctx)
-	if err != nil {
-		return "", err
-	}
-	return fmt.Sprintf("/proc/%d/ns/net", pid), nil
-}
-
-// Stop kills the container if it runs and removes it (its volume too).
-func (c *Container) Stop(ctx context.Context) error {
-	ctx = context.WithoutCancel(ctx)
-	select {
-	case <-c.exited:
-	default:
-		c.l.kill(ctx, c.ID)
-		select {
-		case <-c.exited:
-		case <-time.After(30 * time.Second):
-			if c.cmd.Process != nil {
-				c.cmd.Process.Kill()
-			}
-			<-c.exited
-		}
-	}
-	return c.l.remove(ctx, c.ID)
-}
-
-// tailWriter keeps the end of what is written.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append([]byte(nil), t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	s := strings.TrimSpace(string(t.b))
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 && len(s)-i > 0 {
-		// Keep the last few lines.
-		lines := strings.Split(s, "\n")
-		if len(lines) > 5 {
-			lines = lines[len(lines)-5:]
-		}
-		s = strings.Join(lines, " | ")
-	}
-	return s
-}
+// Tail is the end of the container's output (both streams: Start gives them one
+// writer), its last lines on one line.
+func (c *Container) Tail() string { return rig.LastLines(c.StderrTail(), 5) }
 
 // etc writes the container's /etc files.
 func etc(dir, id string) (string, error) {
@@ -252,7 +174,7 @@ type ctrLauncher struct {
 
 func (l *ctrLauncher) pidFile(id string) string { return filepath.Join(l.o.Dir, "pid-"+id) }
 
-func (l *ctrLauncher) start(ctx context.Context, id string, out io.Writer) (*exec.Cmd, error) {
+func (l *ctrLauncher) command(ctx context.Context, id string) (*exec.Cmd, error) {
 	ed, err := etc(l.o.Dir, id)
 	if err != nil {
 		return nil, err
@@ -265,10 +187,7 @@ func (l *ctrLauncher) start(ctx context.Context, id string, out io.Writer) (*exe
 		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/etc/%s,options=rbind:rw", filepath.Join(ed, f), f))
 	}
 	args = append(append(args, l.o.Ref, id), l.o.Args...)
-	cmd := exec.Command("ctr", args...)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd, cmd.Start()
+	return exec.Command("ctr", args...), nil
 }
 
 func (l *ctrLauncher) pid(ctx context.Context, id string) (int, error) {
@@ -314,7 +233,7 @@ type slackerLauncher struct {
 
 func (l *slackerLauncher) runcRoot() string { return filepath.Join(l.o.Dir, "runc") }
 
-func (l *slackerLauncher) start(ctx context.Context, id string, out io.Writer) (*exec.Cmd, error) {
+func (l *slackerLauncher) command(ctx context.Context, id string) (*exec.Cmd, error) {
 	v, err := l.sys.Client().CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: l.snapshot, Mount: true})
 	if err != nil {
 		return nil, err
@@ -341,10 +260,7 @@ func (l *slackerLauncher) start(ctx context.Context, id string, out io.Writer) (
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), b, 0o600); err != nil {
 		return nil, err
 	}
-	cmd := exec.Command("runc", "--root", l.runcRoot(), "run", "--bundle", bundle, id)
-	cmd.Stdout, cmd.Stderr = out, out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	return cmd, cmd.Start()
+	return exec.Command("runc", "--root", l.runcRoot(), "run", "--bundle", bundle, id), nil
 }
 
 func (l *slackerLauncher) pid(ctx context.Context, id string) (int, error) {

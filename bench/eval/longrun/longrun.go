@@ -39,9 +39,9 @@ type Options struct {
 	StartTimeout time.Duration
 	Runs         int
 	Seed         uint64
-	Binaries     eval.Binaries
+	Binaries     rig.Binaries
 	DaemonArgs   []string
-	Progress     *eval.Progress
+	Progress     *rig.Progress
 }
 
 // Sample is one experiment.
@@ -185,7 +185,7 @@ func experiment(ctx context.Context, o Options, s rig.System, ref string, w *wor
 	if err != nil {
 		return fail(err)
 	}
-	defer c.Stop(ctx)
+	defer c.Remove(context.WithoutCancel(ctx))
 	sctx, cancel := context.WithTimeout(ctx, o.StartTimeout)
 	defer cancel()
 	ns, err := c.Netns(sctx)
@@ -194,7 +194,7 @@ func experiment(ctx context.Context, o Options, s rig.System, ref string, w *wor
 	}
 	for !b.Probe(sctx, ns) {
 		select {
-		case <-c.Exited():
+		case <-c.Done():
 			return fail(fmt.Errorf("the server exited (status %d) before serving: %s", c.ExitCode(), c.Tail()))
 		case <-sctx.Done():
 			return fail(fmt.Errorf("no request served within %s: %s", o.StartTimeout, c.Tail()))

@@ -34,7 +34,7 @@ import (
 type Options struct {
 	Dir       string // work directory (the two systems' state); emptied first
 	ImagesDir string // OCI layout of the evaluation's images
-	Binaries  eval.Binaries
+	Binaries  rig.Binaries
 	// Layers of FilesPerLayer empty files; OpensPerLayer opened per layer and run.
 	Layers, FilesPerLayer, OpensPerLayer int
 	// Sizes of the files appended to.
@@ -50,7 +50,7 @@ type Options struct {
 	// RerunRuns repeats the rerun part (default Runs).
 	RerunRuns  int
 	DaemonArgs []string
-	Progress   *eval.Progress
+	Progress   *rig.Progress
 }
 
 // OpenSample is one open.

@@ -43,14 +43,14 @@ func Compilers() (*workload.Set, error) { return workload.Parse(compilersTOML) }
 type Options struct {
 	Dir        string // work directory; emptied first
 	CorpusDir  string
-	Binaries   eval.Binaries
+	Binaries   rig.Binaries
 	Only       []string // compilers (workload names); empty means all
 	Iterations int      // outer iterations of the program's vector loop
 	Tests      int      // runs of each binary on the host
 	Runs       int
 	Seed       uint64
 	DaemonArgs []string
-	Progress   *eval.Progress
+	Progress   *rig.Progress
 }
 
 // Step is one compiler's phases on one system.
@@ -276,7 +276,7 @@ func names(ws []*workload.Workload) string {
 }
 
 // progressWriter feeds the corpus builder's progress lines to ours.
-type progressWriter struct{ p *eval.Progress }
+type progressWriter struct{ p *rig.Progress }
 
 func (w progressWriter) Write(b []byte) (int, error) {
 	for _, l := range strings.Split(strings.TrimRight(string(b), "\n"), "\n") {

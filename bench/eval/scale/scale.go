@@ -33,7 +33,7 @@ import (
 type Options struct {
 	Dir       string // work directory; emptied first
 	ImagesDir string // the evaluation's OCI layout
-	Binaries  eval.Binaries
+	Binaries  rig.Binaries
 	Sizes     []int64
 	Counts    []int
 	// MaxBytes, if set, skips the trials that would move more than this (count x
@@ -42,7 +42,7 @@ type Options struct {
 	Runs       int
 	Seed       uint64
 	DaemonArgs []string
-	Progress   *eval.Progress
+	Progress   *rig.Progress
 }
 
 // Sample is one trial of one operation.

@@ -76,7 +76,7 @@ func once(ctx context.Context, l launch.Launcher, w *workload.Workload, name str
 	if err != nil {
 		return r, err
 	}
-	defer c.Stop(ctx)
+	defer c.Remove(context.WithoutCancel(ctx))
 	at, err := Ready(tctx, c, w.Ready)
 	if err != nil {
 		return r, err
@@ -96,7 +96,7 @@ func Ready(ctx context.Context, c *launch.Container, rule workload.Ready) (time.
 	switch r := rule.(type) {
 	case *workload.Exit:
 		select {
-		case <-c.Exited():
+		case <-c.Done():
 			at := time.Now()
 			if !r.Satisfied(c.ExitCode()) {
 				return at, fmt.Errorf("exit status %d, want %d: %s", c.ExitCode(), r.Code, c.Tail())
@@ -117,7 +117,7 @@ func Ready(ctx context.Context, c *launch.Container, rule workload.Ready) (time.
 				return time.Now(), nil
 			}
 			select {
-			case <-c.Exited():
+			case <-c.Done():
 				return time.Time{}, fmt.Errorf("exited (status %d) before %s: %s", c.ExitCode(), rule, c.Tail())
 			case <-ctx.Done():
 				return time.Time{}, fmt.Errorf("not ready by %s: %w: %s", rule, ctx.Err(), c.Tail())

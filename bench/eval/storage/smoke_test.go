@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/slacker-dev/slacker/bench/eval"
+	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
@@ -41,11 +41,11 @@ func TestSmoke(t *testing.T) {
 	if strings.Contains(string(mounts), dir) {
 		t.Fatalf("a mount under %s is left", dir)
 	}
-	if err := eval.WriteJSON(filepath.Join(dir, "storage.json"), res); err != nil {
+	if err := rig.WriteJSON(filepath.Join(dir, "storage.json"), res); err != nil {
 		t.Fatal(err)
 	}
 	var back Results
-	if err := eval.ReadJSON(filepath.Join(dir, "storage.json"), &back); err != nil || len(back.Section().Tables) != 2 {
+	if err := rig.ReadJSON(filepath.Join(dir, "storage.json"), &back); err != nil || len(back.Section().Tables) != 2 {
 		t.Fatalf("round trip: %v", err)
 	}
 }

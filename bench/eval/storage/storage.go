@@ -22,7 +22,7 @@ type Options struct {
 	Dir string
 	// ImagesDir is the evaluation's OCI layout (the image holding the files).
 	ImagesDir string
-	Binaries  eval.Binaries
+	Binaries  rig.Binaries
 	// Jobs jobs at queue depth Depth, each on its own file of FileSize bytes.
 	Jobs     int
 	Depth    int
@@ -40,7 +40,7 @@ type Options struct {
 	Seed    uint64
 	// DaemonArgs are extra slackerd flags.
 	DaemonArgs []string
-	Progress   *eval.Progress
+	Progress   *rig.Progress
 }
 
 // AllTargets are the storage stacks measured, in report order.

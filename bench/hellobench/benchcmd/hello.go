@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"time"
@@ -14,6 +13,7 @@ import (
 	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/hellobench/harness"
 	"github.com/slacker-dev/slacker/bench/hellobench/report"
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 // DefaultHelloDir is the harness's default work directory.
@@ -59,10 +59,11 @@ and OUT/index.html with SVG figures. Needs root.`,
 			if o.Quick && !cmd.Flags().Changed("runs") {
 				o.Runs = 2
 			}
-			var err error
-			if o.Slacker, o.Slackerd, err = findBinaries(slackerBin, slackerdBin); err != nil {
-				return err
+			bins, err := rig.FindBinaries(slackerBin, slackerdBin)
+			if err != nil {
+				return fmt.Errorf("%w, or give --slacker and --slackerd", err)
 			}
+			o.Slacker, o.Slackerd = bins.Slacker, bins.Slackerd
 			if out == "" {
 				out = fmt.Sprintf("hellobench-%s-%s", strings.ToLower(o.Profile), time.Now().Format("20060102-150405"))
 			}
@@ -154,37 +155,4 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-// findBinaries finds slacker and slackerd: flags first, then this program (when it
-// is slacker) and its directory, then PATH.
-func findBinaries(slacker, slackerd string) (string, string, error) {
-	self, _ := os.Executable()
-	dir := filepath.Dir(self)
-	if slacker == "" {
-		switch {
-		case filepath.Base(self) == "slacker":
-			slacker = self
-		case exists(filepath.Join(dir, "slacker")):
-			slacker = filepath.Join(dir, "slacker")
-		default:
-			slacker, _ = exec.LookPath("slacker")
-		}
-	}
-	if slackerd == "" {
-		if slacker != "" && exists(filepath.Join(filepath.Dir(slacker), "slackerd")) {
-			slackerd = filepath.Join(filepath.Dir(slacker), "slackerd")
-		} else {
-			slackerd, _ = exec.LookPath("slackerd")
-		}
-	}
-	if slacker == "" || slackerd == "" {
-		return "", "", errors.New("cannot find the slacker and slackerd binaries: build them (scripts/setup.sh) or give --slacker and --slackerd")
-	}
-	return slacker, slackerd, nil
-}
-
-func exists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
 }

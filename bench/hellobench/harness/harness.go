@@ -18,7 +18,6 @@ import (
 	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/bench/workload"
-	"github.com/slacker-dev/slacker/internal/buildinfo"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
@@ -44,13 +43,11 @@ type harness struct {
 	reg     *services.Registry
 	minio   *services.MinIO // the S3 store behind a link
 	started time.Time
+	// progress prints o.Progress's lines.
+	progress *rig.Progress
 }
 
-func (h *harness) printf(format string, args ...any) {
-	if h.o.Progress != nil {
-		fmt.Fprintf(h.o.Progress, "[%s] %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
-	}
-}
+func (h *harness) printf(format string, args ...any) { h.progress.Printf(format, args...) }
 
 // Run runs the harness. It returns the results gathered so far even on error or
 // cancellation (Results.Interrupted is set then), and always stops everything it
@@ -66,9 +63,10 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	profile, rate, specs, ws := p.profile, p.rate, p.specs, p.ws
 	h := &harness{o: o, ws: ws, imgs: map[string]rig.Image{}, refs: map[string]map[string]string{},
-		pubErr: map[string]map[string]string{}, started: time.Now()}
+		pubErr: map[string]map[string]string{}, started: time.Now(), progress: rig.NewProgress(o.Progress)}
 	abs, _ := filepath.Abs(o.WorkloadsFile)
-	h.res = &Results{Version: ResultsVersion, Date: time.Now().UTC(), Commit: buildinfo.Commit(), Machine: thisMachine(),
+	rec := rig.NewRecord()
+	h.res = &Results{Version: ResultsVersion, Date: rec.Date, Commit: rec.Commit, Machine: machineOf(rec.Machine),
 		Command: o.Command, Runs: o.Runs, Seed: o.Seed, WorkloadsFile: abs,
 		Profile: Profile{Name: profile, RateBits: rate}}
 	if rate > 0 {
@@ -567,7 +565,7 @@ func (h *harness) sample(ctx context.Context, t task, run, seq int) (s Sample) {
 	if !o.Ready {
 		msg := o.Reason
 		if tail := c.StderrTail(); tail != "" {
-			msg += "; stderr: " + clip(lastLines(tail, 5), 600)
+			msg += "; stderr: " + clip(rig.LastLines(tail, 5), 600)
 		}
 		return fail("ready", errors.New(msg))
 	}
@@ -578,14 +576,6 @@ func (h *harness) sample(ctx context.Context, t task, run, seq int) (s Sample) {
 		h.printf("warning: removing %s: %v", spec.Name, rerr)
 	}
 	return s
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, " | ")
 }
 
 func (h *harness) save() {

@@ -40,27 +40,12 @@ func TestHeadBuffer(t *testing.T) {
 	}
 }
 
-func TestClipAndLastLines(t *testing.T) {
+func TestClip(t *testing.T) {
 	if got := clip("hello", 5); got != "hello" {
 		t.Errorf("clip = %q", got)
 	}
 	if got := clip("hello world", 5); got != "hello…" {
 		t.Errorf("clip = %q", got)
-	}
-	tests := []struct {
-		in   string
-		n    int
-		want string
-	}{
-		{"a\nb\nc\n", 5, "a | b | c"},
-		{"a\nb\nc\nd\n", 2, "c | d"},
-		{"\n\nonly\n\n", 3, "only"},
-		{"", 3, ""},
-	}
-	for _, tt := range tests {
-		if got := lastLines(tt.in, tt.n); got != tt.want {
-			t.Errorf("lastLines(%q, %d) = %q, want %q", tt.in, tt.n, got, tt.want)
-		}
 	}
 }
 

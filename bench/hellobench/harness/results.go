@@ -1,13 +1,10 @@
 package harness
 
 import (
-	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
-	"runtime"
-	"strings"
 	"time"
+
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 // Cycles of the paper (Fig 20).
@@ -148,30 +145,13 @@ type Sample struct {
 func (s *Sample) Fetched() int64 { return s.RegistryBytes + s.StoreBytes }
 
 // WriteJSON writes r to path atomically.
-func (r *Results) WriteJSON(path string) error {
-	b, err := json.MarshalIndent(r, "", " ")
-	if err != nil {
-		return err
-	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
-}
+func (r *Results) WriteJSON(path string) error { return rig.WriteJSON(path, r) }
 
 // ReadResults reads a results.json.
 func ReadResults(path string) (*Results, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
 	var r Results
-	if err := json.Unmarshal(b, &r); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
+	if err := rig.ReadJSON(path, &r); err != nil {
+		return nil, err
 	}
 	if r.Version != ResultsVersion {
 		return nil, fmt.Errorf("%s: results version %d, this program reads %d", path, r.Version, ResultsVersion)
@@ -189,31 +169,7 @@ func (r *Results) Workload(name string) *WorkloadInfo {
 	return nil
 }
 
-func thisMachine() Machine {
-	m := Machine{CPUs: runtime.NumCPU()}
-	m.Hostname, _ = os.Hostname()
-	if b, err := os.ReadFile("/proc/sys/kernel/osrelease"); err == nil {
-		m.Kernel = strings.TrimSpace(string(b))
-	}
-	if b, err := os.ReadFile("/proc/cpuinfo"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if strings.HasPrefix(l, "model name") {
-				_, v, _ := strings.Cut(l, ":")
-				m.CPU = strings.TrimSpace(v)
-				break
-			}
-		}
-	}
-	if b, err := os.ReadFile("/proc/meminfo"); err == nil {
-		l, _, _ := strings.Cut(string(b), "\n")
-		m.Memory = strings.Join(strings.Fields(strings.TrimPrefix(l, "MemTotal:")), " ")
-	}
-	if b, err := os.ReadFile("/etc/os-release"); err == nil {
-		for _, l := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(l, "PRETTY_NAME="); ok {
-				m.OS = strings.Trim(v, `"`)
-			}
-		}
-	}
-	return m
+// machineOf keeps the machine fields results.json has always held.
+func machineOf(m rig.Machine) Machine {
+	return Machine{Hostname: m.Hostname, Kernel: m.Kernel, CPU: m.CPU, CPUs: m.CPUs, Memory: m.Memory, OS: m.OS}
 }
