@@ -101,7 +101,7 @@ func (b *bench) fail(format string, args ...any) {
 // Run runs the benchmark.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	if os.Geteuid() != 0 {
-		return nil, errors.New("bench core must run as root")
+		return nil, errors.New("slacker-bench core must run as root")
 	}
 	if o.Runs <= 0 {
 		o.Runs = 3

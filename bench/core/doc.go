@@ -1,6 +1,6 @@
-// Package core is the core benchmark (`slacker bench core`), and the README's main
+// Package core is the core benchmark (`slacker-bench core`), and the README's main
 // job in its quick form: it builds real Debian images from packages (through the
-// HelloBench corpus builder), publishes each to a local registry it starts, both as a
+// corpus builder, bench/corpus), publishes each to a local registry it starts, both as a
 // Slacker image and as an ordinary OCI image, and then measures side by side, from a
 // cold node each time and in shuffled order:
 //

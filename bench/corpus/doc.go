@@ -1,6 +1,8 @@
 // Package corpus builds the HelloBench image corpus: each workload of a
 // workloads file becomes a multi-layer OCI image made from Debian packages, and
-// a synthetic generator makes images of random files for scalability runs.
+// a synthetic generator makes images of random files for scalability runs. Every
+// benchmark builds its images here (the core benchmark's, HelloBench's, the
+// evaluation's), so it imports none of them.
 //
 // An image is a base layer (a debootstrap variant, or nothing for scratch), one
 // layer per package group in the definition's order, and an app layer with the

@@ -84,7 +84,7 @@ func NeedTools(tools map[string]string) error {
 // NeedRoot refuses to run an item without root.
 func NeedRoot(item string) error {
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("bench eval %s must run as root (it mounts filesystems and starts daemons)", item)
+		return fmt.Errorf("slacker-bench eval %s must run as root (it mounts filesystems and starts daemons)", item)
 	}
 	return nil
 }

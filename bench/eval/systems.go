@@ -108,15 +108,6 @@ func (p *Pair) Close() error {
 	return errors.Join(errs...)
 }
 
-// DefaultCorpus is the corpus directory: $SLACKER_BENCH_CORPUS, else the builder's
-// default.
-func DefaultCorpus() string {
-	if d := os.Getenv(corpus.DirEnv); d != "" {
-		return d
-	}
-	return corpus.DefaultDir
-}
-
 // CorpusImage describes the image tagged name in the corpus at dir.
 func CorpusImage(c *corpus.Corpus, name string) (rig.Image, error) {
 	ims, err := corpus.List(c.Dir())

@@ -32,7 +32,7 @@ import (
 //	go test -run '^$' -bench BenchmarkDeployStores -benchtime 1x -timeout 2h ./internal/e2e/
 //
 // Environment: SLACKER_BENCH_IMAGES (minbase,big), SLACKER_BENCH_RUNS (5),
-// SLACKER_BENCH_CORPUS (the corpus of `slacker bench core`,
+// SLACKER_BENCH_CORPUS (the corpus of `slacker-bench core`,
 // /var/lib/slacker-bench/corpus), SLACKER_BENCH_DIR (work directory, removed after;
 // /var/tmp/slacker-stores/bench).
 func BenchmarkDeployStores(b *testing.B) {
@@ -200,7 +200,7 @@ func envOr(k, def string) string {
 	return def
 }
 
-// buildCoreImages builds (or finds in the corpus) the images of `slacker bench
+// buildCoreImages builds (or finds in the corpus) the images of `slacker-bench
 // core`, from its own workload file.
 func buildCoreImages(b *testing.B, names []string) map[string]rig.Image {
 	raw, err := os.ReadFile(filepath.Join("..", "bench", "core", "workloads.toml"))

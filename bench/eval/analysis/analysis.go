@@ -129,7 +129,7 @@ func (r *Results) static(ctx context.Context, o Options, ws []*workload.Workload
 	for _, w := range ws {
 		im, ok := byName[w.Name]
 		if !ok {
-			return fmt.Errorf("workload %s is not built in %s (slacker bench corpus build)", w.Name, o.CorpusDir)
+			return fmt.Errorf("workload %s is not built in %s (slacker-bench corpus build)", w.Name, o.CorpusDir)
 		}
 		for _, l := range im.Layers {
 			if _, ok := layers[l.Digest]; !ok {

@@ -1,5 +1,5 @@
 // Package analysis is the evaluation's workload analysis of the HelloBench corpus
-// (`slacker bench eval analysis`), after Slacker §4:
+// (`slacker-bench eval analysis`), after Slacker §4:
 //
 //   - image sizes, compressed and uncompressed, against the bytes a workload reads
 //     to start, by category with amplification factors (Fig 5, 6);

@@ -1,4 +1,4 @@
-// Package hpmapper is the evaluation's HP-Mapper experiment (`slacker bench eval
+// Package hpmapper is the evaluation's HP-Mapper experiment (`slacker-bench eval
 // hpmapper`): N containers (64) started at once from one image on a cold node,
 // Slacker vs containerd + overlayfs: the time until all are ready, the bytes read
 // from the disk (and, for Slacker, fetched from its store), and the memory used

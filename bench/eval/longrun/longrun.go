@@ -1,4 +1,4 @@
-// Package longrun is the evaluation's long-running experiment (`slacker bench eval
+// Package longrun is the evaluation's long-running experiment (`slacker-bench eval
 // longrun`, Slacker Fig 21): four servers (PostgreSQL, Redis, nginx, and a node
 // server) each pulled on a cold node, started and loaded by its benchmark client
 // (pgbench, redis-benchmark, wrk) until a fixed time after the pull began, on

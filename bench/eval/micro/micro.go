@@ -1,4 +1,4 @@
-// Package micro is the evaluation's micro-benchmarks (`slacker bench eval micro`),
+// Package micro is the evaluation's micro-benchmarks (`slacker-bench eval micro`),
 // Slacker vs containerd + overlayfs in one run, from a cold node:
 //
 //   - open latency by layer depth (Slacker Fig 11a): an image of 16 layers of 1,000

@@ -1,4 +1,4 @@
-// Package multimake is the evaluation's MultiMake case study (`slacker bench eval
+// Package multimake is the evaluation's MultiMake case study (`slacker-bench eval
 // multimake`, Slacker §7): one C program compiled by every gcc and clang Debian
 // bookworm offers, each compiler its own image, on a cold node, Slacker vs containerd
 // + overlayfs; the time of each phase (pull the compiler's image, compile in a

@@ -79,7 +79,7 @@ td:first-child,th:first-child{text-align:left}.meta{color:#666;font-size:.85em}.
 figure{margin:1em 0}figcaption{font-size:.85em;color:#444;max-width:900px}
 </style></head><body>
 <h1>Slacker: the papers' evaluation, reproduced</h1>
-<p>Each section is one command, <code>slacker bench eval ITEM</code>; Slacker and containerd + overlayfs were measured side by side in the same run. See docs/EVALUATION.md for the discussion of each figure.</p>
+<p>Each section is one command, <code>slacker-bench eval ITEM</code>; Slacker and containerd + overlayfs were measured side by side in the same run. See docs/EVALUATION.md for the discussion of each figure.</p>
 `)
 	if hl := headlines(sections); len(hl) > 0 {
 		fmt.Fprint(w, "<h2>Headline numbers</h2>\n<table><tr><th>measure</th><th>ours</th><th>paper</th></tr>\n")

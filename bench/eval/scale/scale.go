@@ -1,4 +1,4 @@
-// Package scale is the evaluation's push/pull scalability experiment (`slacker bench
+// Package scale is the evaluation's push/pull scalability experiment (`slacker-bench
 // eval scale`), after Slacker Fig 10 and Fig 23: N synthetic images (one file of
 // random bytes each, 1 MB to 1 GB), pushed at once and then pulled at once, N from 1
 // to 32; the time until all N complete, for containerd + overlayfs and Slacker side

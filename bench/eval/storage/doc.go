@@ -1,4 +1,4 @@
-// Package storage is the evaluation's storage characterization (`slacker bench eval
+// Package storage is the evaluation's storage characterization (`slacker-bench eval
 // storage`), after "Docker characterization on high performance SSDs": fio random
 // reads and writes of 4 KiB, J jobs x queue depth D (32 x 32 by default, libaio,
 // O_DIRECT), cold and warm, plus a random-read block-size sweep, on plain ext4 (a

@@ -59,7 +59,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	// Options are checked first, so a mistake is reported as such by anyone.
 	if os.Geteuid() != 0 {
-		return nil, errors.New("bench hello must run as root (containers, mounts, network namespaces)")
+		return nil, errors.New("slacker-bench hello must run as root (containers, mounts, network namespaces)")
 	}
 	profile, rate, specs, ws := p.profile, p.rate, p.specs, p.ws
 	h := &harness{o: o, ws: ws, imgs: map[string]rig.Image{}, refs: map[string]map[string]string{},

@@ -77,7 +77,7 @@ func TestResultsRoundTrip(t *testing.T) {
 }
 
 // TestResultsFormat reads a results.json written by hand with the documented keys:
-// renaming a key would make `bench report` misread older files.
+// renaming a key would make `slacker-bench report` misread older files.
 func TestResultsFormat(t *testing.T) {
 	const doc = `{"version": 1, "date": "2026-11-22T05:00:00Z", "commit": "c0ffee0",
  "machine": {"hostname": "h", "kernel": "k", "cpu": "c", "cpus": 2, "memory": "m", "os": "o"},

@@ -6,19 +6,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slacker-dev/slacker/bench/core"
-	"github.com/slacker-dev/slacker/bench/eval/evalcmd"
-	"github.com/slacker-dev/slacker/bench/hellobench/benchcmd"
 	"github.com/slacker-dev/slacker/bench/rig"
 )
 
-func newBench(e *env) *cobra.Command {
-	cmd := benchcmd.NewCommand()
-	cmd.AddCommand(newBenchCore(e))
-	cmd.AddCommand(evalcmd.NewCommand(func() (rig.Binaries, error) { return rig.FindBinaries("", "") }))
-	return cmd
-}
-
-func newBenchCore(e *env) *cobra.Command {
+func newCoreCommand() *cobra.Command {
 	var o core.Options
 	var markdown bool
 	cmd := &cobra.Command{
@@ -29,8 +20,8 @@ registry started for the run, and measures from a cold node each time, in shuffl
 order: pull, pull + run of echo hello, bytes moved, and with --micro a 1-byte append to
 a 16 MiB file and a sequential read of every file, cold and warm. Starts and stops its
 own slackerd, containerd and registry; needs root.`,
-		Example: `  slacker bench core                          # the quick run: minbase, 3 runs
-  slacker bench core --images minbase,big --micro --runs 5 --results out.json`,
+		Example: `  slacker-bench core                          # the quick run: minbase, 3 runs
+  slacker-bench core --images minbase,big --micro --runs 5 --results out.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			bins, err := rig.FindBinaries("", "")
@@ -38,14 +29,14 @@ own slackerd, containerd and registry; needs root.`,
 				return err
 			}
 			o.Slacker, o.Slackerd = bins.Slacker, bins.Slackerd
-			o.Progress = e.stderr
+			o.Progress = cmd.ErrOrStderr()
 			rep, err := core.Run(cmd.Context(), o)
 			if rep != nil {
-				fmt.Fprintln(e.stdout)
+				fmt.Fprintln(cmd.OutOrStdout())
 				if markdown {
-					rep.WriteMarkdown(e.stdout)
+					rep.WriteMarkdown(cmd.OutOrStdout())
 				} else {
-					rep.WriteTable(e.stdout)
+					rep.WriteTable(cmd.OutOrStdout())
 				}
 			}
 			return err

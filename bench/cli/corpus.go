@@ -1,16 +1,13 @@
-package benchcmd
+package cli
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"os"
-	"os/signal"
 	"strings"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
@@ -19,29 +16,6 @@ import (
 	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/workload"
 )
-
-// NewCommand returns the `bench` command. Its subcommands:
-//
-//	bench corpus build   build workload images into the corpus
-//	bench corpus list    show the built images
-//	bench corpus push    push the corpus to a registry
-//	bench corpus serve   serve the pushed corpus from a local registry
-//	bench corpus synth   generate synthetic images of random files
-//	bench corpus gc      drop unreferenced blobs and layer records
-//	bench corpus rm      untag images
-//	bench hello          the harness: push, pull and run of every workload per system
-//	bench report         render results.json files as HTML with SVG figures
-func NewCommand() *cobra.Command {
-	cmd := &cobra.Command{
-		Use:   "bench",
-		Short: "HelloBench: build the workload corpus, time push, pull and run, report",
-		Long: `HelloBench measures container start-up on a corpus of workload images
-rebuilt from Debian packages (see docs/hellobench.md).`,
-		SilenceUsage: true,
-	}
-	cmd.AddCommand(newCorpusCommand(), newHelloCommand(), newReportCommand())
-	return cmd
-}
 
 type corpusFlags struct {
 	dir     string
@@ -57,7 +31,9 @@ func (f *corpusFlags) logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: level}))
 }
 
-func defaultDir() string {
+// defaultCorpus is the corpus directory: $SLACKER_BENCH_CORPUS, else the
+// builder's default.
+func defaultCorpus() string {
 	if d := os.Getenv(corpus.DirEnv); d != "" {
 		return d
 	}
@@ -70,18 +46,12 @@ func newCorpusCommand() *cobra.Command {
 		Use:   "corpus",
 		Short: "Build, list, push and generate HelloBench images",
 	}
-	cmd.PersistentFlags().StringVar(&f.dir, "dir", defaultDir(), "corpus directory (env "+corpus.DirEnv+")")
+	cmd.PersistentFlags().StringVar(&f.dir, "dir", defaultCorpus(), "corpus directory (env "+corpus.DirEnv+")")
 	cmd.PersistentFlags().BoolVarP(&f.verbose, "verbose", "v", false, "log structured events on stderr")
 	cmd.PersistentFlags().BoolVar(&f.json, "json", false, "print JSON instead of a table")
 	cmd.AddCommand(newBuildCommand(f), newListCommand(f), newPushCommand(f), newServeCommand(f),
 		newSynthCommand(f), newGCCommand(f), newRmCommand(f))
 	return cmd
-}
-
-// signalContext is cancelled by SIGINT/SIGTERM, so every mount and helper is
-// cleaned up on ^C.
-func signalContext(parent context.Context) (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(parent, os.Interrupt, syscall.SIGTERM)
 }
 
 func parseSize(s string) (int64, error) {
@@ -113,8 +83,8 @@ func newBuildCommand(f *corpusFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "build --workloads FILE [--only NAME,...]",
 		Short: "Build workload images from Debian packages into the corpus",
-		Example: `  hellobench corpus build --workloads shared/hellobench/workloads.toml
-  hellobench corpus build --workloads w.toml --only debian,python --dir /var/tmp/corpus`,
+		Example: `  slacker-bench corpus build --workloads shared/hellobench/workloads.toml
+  slacker-bench corpus build --workloads w.toml --only debian,python --dir /var/tmp/corpus`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if file == "" {
@@ -148,8 +118,7 @@ func newBuildCommand(f *corpusFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := signalContext(cmd.Context())
-			defer cancel()
+			ctx := cmd.Context()
 			rep, err := c.Build(ctx, ws)
 			if rep != nil {
 				printReport(cmd.OutOrStdout(), rep, f.json)

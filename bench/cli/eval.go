@@ -1,8 +1,4 @@
-// Package evalcmd is the `bench eval` command tree: one subcommand per item of the
-// evaluation, each writing OUT/ITEM.json and re-rendering the report (OUT/index.html,
-// its SVG figures, OUT/summary.md) from every item's JSON in OUT; and `report`,
-// which only renders.
-package evalcmd
+package cli
 
 import (
 	"fmt"
@@ -37,20 +33,20 @@ type common struct {
 	bins              func() (rig.Binaries, error)
 }
 
-// Items are the evaluation's items, in report order.
-func Items() []report.Item {
+// evalItems are the evaluation's items, in report order.
+func evalItems() []report.Item {
 	return []report.Item{
-		{Name: "analysis", Load: load[analysis.Results]},
-		{Name: "micro", Load: load[micro.Results]},
-		{Name: "hpmapper", Load: load[hpmapper.Results]},
-		{Name: "scale", Load: load[scale.Results]},
-		{Name: "longrun", Load: load[longrun.Results]},
-		{Name: "multimake", Load: load[multimake.Results]},
-		{Name: "storage", Load: load[storage.Results]},
+		{Name: "analysis", Load: loadItem[analysis.Results]},
+		{Name: "micro", Load: loadItem[micro.Results]},
+		{Name: "hpmapper", Load: loadItem[hpmapper.Results]},
+		{Name: "scale", Load: loadItem[scale.Results]},
+		{Name: "longrun", Load: loadItem[longrun.Results]},
+		{Name: "multimake", Load: loadItem[multimake.Results]},
+		{Name: "storage", Load: loadItem[storage.Results]},
 	}
 }
 
-func load[T any, P interface {
+func loadItem[T any, P interface {
 	*T
 	eval.Sectioner
 }](path string) (eval.Sectioner, error) {
@@ -61,8 +57,8 @@ func load[T any, P interface {
 	return P(&v), nil
 }
 
-// NewCommand returns `eval`. bins finds the slacker and slackerd binaries.
-func NewCommand(bins func() (rig.Binaries, error)) *cobra.Command {
+// newEvalCommand returns `eval`. bins finds the slacker and slackerd binaries.
+func newEvalCommand(bins func() (rig.Binaries, error)) *cobra.Command {
 	c := &common{bins: bins}
 	cmd := &cobra.Command{
 		Use:   "eval",
@@ -77,13 +73,13 @@ slackerd and containerd under --work, and need root. See docs/EVALUATION.md.`,
 	f := cmd.PersistentFlags()
 	f.StringVar(&c.out, "out", "docs/eval", "directory of the results (ITEM.json) and the report")
 	f.StringVar(&c.work, "work", "/var/tmp/slacker-eval", "work directory (a subdirectory per item, emptied first)")
-	f.StringVar(&c.corpus, "corpus", eval.DefaultCorpus(), "HelloBench corpus directory (env SLACKER_BENCH_CORPUS)")
+	f.StringVar(&c.corpus, "corpus", defaultCorpus(), "HelloBench corpus directory (env SLACKER_BENCH_CORPUS)")
 	f.IntVar(&c.runs, "runs", 0, "repetitions (0: the item's default)")
 	f.Uint64Var(&c.seed, "seed", 1, "seed of the shuffled orders")
 	f.StringArrayVar(&c.daemonArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.BoolVar(&c.keep, "keep", false, "keep the item's work directory (default: removed at the end)")
 	f.StringVar(&c.images, "images", eval.DefaultImages, "OCI layout where the evaluation keeps the images it makes")
-	cmd.AddCommand(newReport(c), newAnalysis(c), newMicro(c), newScale(c), newLongrun(c), newMultiMake(c), newHPMapper(c), newStorage(c))
+	cmd.AddCommand(newEvalReport(c), newAnalysis(c), newMicro(c), newScale(c), newLongrun(c), newMultiMake(c), newHPMapper(c), newStorage(c))
 	return cmd
 }
 
@@ -119,7 +115,7 @@ func (c *common) finish(cmd *cobra.Command, item string, res eval.Sectioner, run
 }
 
 func (c *common) render(cmd *cobra.Command) error {
-	secs, err := report.Load(c.out, Items())
+	secs, err := report.Load(c.out, evalItems())
 	if err != nil {
 		return err
 	}
@@ -134,19 +130,19 @@ func (c *common) progress(cmd *cobra.Command) *rig.Progress {
 	return rig.NewProgress(cmd.ErrOrStderr())
 }
 
-func newReport(c *common) *cobra.Command {
+func newEvalReport(c *common) *cobra.Command {
 	return &cobra.Command{
 		Use:     "report",
 		Short:   "Render OUT/index.html, the SVG figures and OUT/summary.md from the items' JSON in OUT",
-		Example: "  slacker bench eval report --out docs/eval",
+		Example: "  slacker-bench eval report --out docs/eval",
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			secs, err := report.Load(c.out, Items())
+			secs, err := report.Load(c.out, evalItems())
 			if err != nil {
 				return err
 			}
 			if len(secs) == 0 {
-				return fmt.Errorf("no results in %s (run an item first, e.g. `slacker bench eval storage`)", c.out)
+				return fmt.Errorf("no results in %s (run an item first, e.g. `slacker-bench eval storage`)", c.out)
 			}
 			if err := report.Write(c.out, secs); err != nil {
 				return err
@@ -184,8 +180,8 @@ directory: the data-volume case), ext4, xfs, btrfs and btrfs nodatacow on loop
 devices made under --work, containerd's overlayfs snapshot of the image holding the
 files, and Slacker's container root (ext4 on loop on FUSE). Needs root, fio,
 xfsprogs and btrfs-progs.`,
-		Example: `  slacker bench eval storage                       # defaults: 32 x 16 MiB files, 10 s per test
-  slacker bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker`,
+		Example: `  slacker-bench eval storage                       # defaults: 32 x 16 MiB files, 10 s per test
+  slacker-bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -258,8 +254,8 @@ an image whose bottom layer holds one random file per --sizes; a 1-byte append t
 (after a stat), with and without fsync. Fig 22: every workload of --workloads (or
 --only) started twice on one node, from cold; the second container's time until
 ready. Needs root.`,
-		Example: `  slacker bench eval micro
-  slacker bench eval micro --sizes 4KiB,64KiB,1MiB,16MiB,64MiB,256MiB,1GiB --runs 5`,
+		Example: `  slacker-bench eval micro
+  slacker-bench eval micro --sizes 4KiB,64KiB,1MiB,16MiB,64MiB,256MiB,1GiB --runs 5`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -304,8 +300,8 @@ workload under Slacker on a cold node until ready, twice on the same node, and r
 from each container's volume which 4 KiB blocks of the image it read: bytes read at
 start-up, and the second run's reads that the first run's cache would serve.
 --static needs neither root nor daemons.`,
-		Example: `  slacker bench eval analysis --static --workloads shared/hellobench/workloads.toml
-  slacker bench eval analysis --workloads shared/hellobench/workloads.toml --runs 2`,
+		Example: `  slacker-bench eval analysis --static --workloads shared/hellobench/workloads.toml
+  slacker-bench eval analysis --workloads shared/hellobench/workloads.toml --runs 2`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -339,9 +335,9 @@ pushed at once to an empty registry, then pulled at once on a cold node; the tim
 until all complete, for containerd + overlayfs and Slacker. Slacker's images are
 converted once beforehand (timed apart). Needs root; disk: the images (count x size,
 kept in --images) plus about three copies of the largest trial under --work.`,
-		Example: `  slacker bench eval scale
-  slacker bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --counts 1,2,4,8 --runs 3
-  slacker bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --max-bytes 4GiB   # 1 GiB images only 1, 2, 4 at once`,
+		Example: `  slacker-bench eval scale
+  slacker-bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --counts 1,2,4,8 --runs 3
+  slacker-bench eval scale --sizes 1MiB,10MiB,100MiB,1GiB --max-bytes 4GiB   # 1 GiB images only 1, 2, 4 at once`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -382,8 +378,8 @@ cache of the whole node's cgroups, slackerd's chunk cache, anonymous memory). Ea
 --limits value runs it again with the containers' cgroup limited to that much memory
 (0: none). The daemons and containers run in cgroups under /slacker-eval-hp, removed
 at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
-		Example: `  slacker bench eval hpmapper --corpus /var/tmp/slacker-bench/corpus
-  slacker bench eval hpmapper --image tomcat --containers 16 --limits 0,2GiB`,
+		Example: `  slacker-bench eval hpmapper --corpus /var/tmp/slacker-bench/corpus
+  slacker-bench eval hpmapper --image tomcat --containers 16 --limits 0,2GiB`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -421,8 +417,8 @@ libc6-dev, cached in the corpus), publishes them, then from a cold node, for eac
 compiler in turn: pulls its image, compiles the program in a container (the binary
 comes back on standard output), runs the binary --tests times on the host, and
 deletes the image. Reports each phase's time and the binaries' run times. Needs root.`,
-		Example: `  slacker bench eval multimake --corpus /var/tmp/slacker-bench/corpus
-  slacker bench eval multimake --only mm-gcc-12,mm-clang-14 --iterations 2000000`,
+		Example: `  slacker-bench eval multimake --corpus /var/tmp/slacker-bench/corpus
+  slacker-bench eval multimake --only mm-gcc-12,mm-clang-14 --iterations 2000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -453,8 +449,8 @@ benchmark client (pgbench, redis-benchmark, wrk, run on the host in the containe
 network namespace) until --duration after the pull began. Reports throughput over
 the whole window (start-up included) and while loaded, and the start-up delay.
 Needs root, postgresql-client, redis-tools, wrk and curl.`,
-		Example: `  slacker bench eval longrun --duration 5m
-  slacker bench eval longrun --duration 30s --only redis,nginx`,
+		Example: `  slacker-bench eval longrun --duration 5m
+  slacker-bench eval longrun --duration 30s --only redis,nginx`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error

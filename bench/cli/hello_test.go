@@ -1,4 +1,4 @@
-package benchcmd
+package cli
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestSplitList(t *testing.T) {
 	}
 }
 
-// TestHelloErrors: bad options are refused by `bench hello` with the harness's
+// TestHelloErrors: bad options are refused by `slacker-bench hello` with the harness's
 // message, before anything is started or emptied.
 func TestHelloErrors(t *testing.T) {
 	tmp := t.TempDir()
@@ -99,7 +99,7 @@ func testResults(profile string, rate int64) *harness.Results {
 		}}
 }
 
-// TestReport: `bench report` reads the results.json files the harness writes
+// TestReport: `slacker-bench report` reads the results.json files the harness writes
 // (one per profile) and renders the page and the summaries.
 func TestReport(t *testing.T) {
 	tmp := t.TempDir()

@@ -1,4 +1,4 @@
-package benchcmd
+package cli
 
 import (
 	"context"
@@ -33,12 +33,11 @@ func newPushCommand(f *corpusFlags) *cobra.Command {
 		Long: `Push every image of the corpus to REGISTRY/hellobench/NAME:latest. Without
 --registry, Debian's docker-registry is started on loopback with its data under
 DIR/registry, and stopped when the push is done (or, with --serve, on ^C).`,
-		Example: `  hellobench corpus push --serve
-  hellobench corpus push --registry 127.0.0.1:5000 --only debian,redis`,
+		Example: `  slacker-bench corpus push --serve
+  slacker-bench corpus push --registry 127.0.0.1:5000 --only debian,redis`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := signalContext(cmd.Context())
-			defer cancel()
+			ctx := cmd.Context()
 			stderr := cmd.ErrOrStderr()
 			if registry == "" {
 				r, err := startLocalRegistry(ctx, f.dir, addr)
@@ -91,8 +90,7 @@ func newServeCommand(f *corpusFlags) *cobra.Command {
 		Short: "Serve the pushed corpus (DIR/registry) with docker-registry until interrupted",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			ctx, cancel := signalContext(cmd.Context())
-			defer cancel()
+			ctx := cmd.Context()
 			r, err := startLocalRegistry(ctx, f.dir, addr)
 			if err != nil {
 				return err
@@ -115,8 +113,8 @@ func newSynthCommand(f *corpusFlags) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "synth --files N --size S [--layers L] [--seed X]",
 		Short: "Generate a synthetic image of N random files of size S (deterministic from the seed)",
-		Example: `  hellobench corpus synth --files 1000 --size 1MiB
-  hellobench corpus synth --files 64 --size 16MiB --layers 4 --seed 7 --name big`,
+		Example: `  slacker-bench corpus synth --files 1000 --size 1MiB
+  slacker-bench corpus synth --files 64 --size 16MiB --layers 4 --seed 7 --name big`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			sz, err := parseSize(size)
@@ -131,8 +129,7 @@ func newSynthCommand(f *corpusFlags) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			ctx, cancel := signalContext(cmd.Context())
-			defer cancel()
+			ctx := cmd.Context()
 			rec, err := c.Synth(ctx, corpus.SynthSpec{Files: files, Size: sz, Layers: layers, Seed: seed, Name: name})
 			if err != nil {
 				return err

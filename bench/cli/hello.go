@@ -1,9 +1,8 @@
-package benchcmd
+package cli
 
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -45,9 +44,9 @@ the registry (1gbit = 1 Gbit/s, --rtt 1ms; any Nmbit/Ngbit).
 Builds missing images first (the corpus is cached), starts and stops its own
 registry, containerd and slackerd, and writes OUT/results.json (after every sample)
 and OUT/index.html with SVG figures. Needs root.`,
-		Example: `  slacker bench hello --workloads shared/hellobench/workloads.toml --quick
-  slacker bench hello --workloads shared/hellobench/workloads.toml --systems overlayfs,slacker --profile 1gbit --runs 3
-  slacker bench hello --workloads w.toml --only redis,nginx --systems overlayfs,slacker,stargz=/run/stargz/stargz.sock`,
+		Example: `  slacker-bench hello --workloads shared/hellobench/workloads.toml --quick
+  slacker-bench hello --workloads shared/hellobench/workloads.toml --systems overlayfs,slacker --profile 1gbit --runs 3
+  slacker-bench hello --workloads w.toml --only redis,nginx --systems overlayfs,slacker,stargz=/run/stargz/stargz.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.WorkloadsFile == "" {
@@ -69,9 +68,8 @@ and OUT/index.html with SVG figures. Needs root.`,
 			}
 			o.Results = filepath.Join(out, "results.json")
 			o.Progress = cmd.ErrOrStderr()
-			o.Command = append([]string{"slacker"}, os.Args[1:]...)
-			ctx, cancel := signalContext(cmd.Context())
-			defer cancel()
+			o.Command = rig.Command()
+			ctx := cmd.Context()
 			res, runErr := harness.Run(ctx, o)
 			if res != nil && len(res.Samples) > 0 {
 				if err := report.Write(out, []*harness.Results{res}); err != nil {
@@ -100,7 +98,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 	f.StringVar(&cycles, "cycles", "deployment,development", "cycles to measure")
 	f.StringVar(&out, "out", "", "directory for results.json and the report (default ./hellobench-PROFILE-DATE)")
 	f.StringVar(&o.Dir, "dir", DefaultHelloDir, "work directory: node state, containerd, registry (emptied first)")
-	f.StringVar(&o.CorpusDir, "corpus", defaultDir(), "corpus directory (env "+corpus.DirEnv+")")
+	f.StringVar(&o.CorpusDir, "corpus", defaultCorpus(), "corpus directory (env "+corpus.DirEnv+")")
 	f.StringVar(&o.Store, "store", "", "Slacker's chunk store location (default: a directory on the node on loopback; behind a link, see --store-server)")
 	f.StringArrayVar(&o.SlackerdArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.StringVar(&slackerBin, "slacker", "", "slacker binary (default: this program if it is slacker, else next to it or on PATH)")
@@ -116,7 +114,7 @@ func newReportCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:     "report --out DIR RESULTS.json...",
 		Short:   "Render HelloBench results (one file per profile) as an HTML page with SVG figures",
-		Example: `  slacker bench report --out docs/hellobench docs/hellobench/results-loopback.json docs/hellobench/results-1gbit.json`,
+		Example: `  slacker-bench report --out docs/hellobench docs/hellobench/results-loopback.json docs/hellobench/results-1gbit.json`,
 		Args:    cobra.MinimumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			var rs []*harness.Results
