@@ -7,7 +7,7 @@
 #
 # Everything it starts (registry, slackerd, containerd) it stops. Work files live
 # under SLACKER_BENCH_DIR (default /var/lib/slacker-bench); the built image is cached
-# there between runs. Extra arguments go to `slacker bench core` (e.g. --micro,
+# there between runs. Extra arguments go to `slacker-bench core` (e.g. --micro,
 # --images minbase,big, --runs 5).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -15,4 +15,4 @@ cd "$(dirname "$0")/.."
 
 dir="${SLACKER_BENCH_DIR:-/var/lib/slacker-bench}"
 mkdir -p "$dir"
-exec ./bin/slacker bench core --dir "$dir/core" --corpus "$dir/corpus" --runs 3 "$@"
+exec ./bin/slacker-bench core --dir "$dir/core" --corpus "$dir/corpus" --runs 3 "$@"

@@ -15,7 +15,7 @@ go vet ./...
 # MinIO (the S3 store's tests) is built from the Go module proxy once, a few
 # minutes on a fresh machine, and cached in SLACKER_TEST_CACHE: build it here, alone,
 # so that no test's timeout pays for it.
-go test -count=1 -timeout 20m -run '^TestMinIOStartStop$' ./internal/services
+go test -count=1 -timeout 20m -run '^TestMinIOStartStop$' ./internal/testenv/services
 go test -race -count=1 -timeout 40m ./...
 
 # Nothing the tests started may outlive them.

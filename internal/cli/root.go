@@ -100,7 +100,7 @@ It talks to slackerd, the node daemon, on ` + api.DefaultSocket + `.`,
 	pf.BoolVar(&e.insecure, "insecure-registry", false, "talk plain HTTP to registries (loopback and private addresses always are)")
 	root.AddCommand(
 		newConvert(e), newPush(e), newPull(e), newImages(e), newRmi(e), newTag(e),
-		newRun(e), newPs(e), newRm(e), newCommit(e), newStats(e), newInfo(e), newBench(e),
+		newRun(e), newPs(e), newRm(e), newCommit(e), newStats(e), newInfo(e),
 	)
 	root.AddCommand(newDoctor(e))
 	root.AddCommand(newGC(e), newCheck(e))

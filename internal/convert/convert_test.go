@@ -19,8 +19,8 @@ import (
 	"github.com/slacker-dev/slacker/internal/fstree"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/names"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

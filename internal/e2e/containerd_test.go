@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"github.com/slacker-dev/slacker/internal/api"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

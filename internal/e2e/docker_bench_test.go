@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
@@ -66,7 +66,7 @@ func BenchmarkDockerPullRun(b *testing.B) {
 		case strings.HasPrefix(n, "corpus:"):
 			layout := "/var/tmp/slacker-bench/corpus/oci"
 			if _, err := os.Stat(filepath.Join(layout, "index.json")); err != nil {
-				b.Fatalf("%s: no HelloBench corpus at %s (slacker bench corpus build)", n, layout)
+				b.Fatalf("%s: no HelloBench corpus at %s (slacker-bench corpus build)", n, layout)
 			}
 			imgs = append(imgs, img{strings.TrimPrefix(n, "corpus:"), layout, strings.TrimPrefix(n, "corpus:")})
 		default:

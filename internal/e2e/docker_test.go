@@ -21,8 +21,8 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/graphdriver"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

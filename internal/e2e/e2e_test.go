@@ -22,8 +22,8 @@ import (
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/registry"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

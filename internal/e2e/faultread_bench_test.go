@@ -16,8 +16,8 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
 // BenchmarkColdReadThroughProxy measures a cold sequential read of every file of a

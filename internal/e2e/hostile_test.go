@@ -15,10 +15,10 @@ import (
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/registry"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

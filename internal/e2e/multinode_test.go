@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

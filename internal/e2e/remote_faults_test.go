@@ -14,10 +14,10 @@ import (
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/gc"
 	slnode "github.com/slacker-dev/slacker/internal/node"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

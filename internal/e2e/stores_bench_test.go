@@ -14,12 +14,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/slacker-dev/slacker/internal/bench/system"
+	"github.com/slacker-dev/slacker/bench/corpus"
+	"github.com/slacker-dev/slacker/bench/rig"
+	"github.com/slacker-dev/slacker/bench/workload"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
-	"github.com/slacker-dev/slacker/internal/hellobench/corpus"
-	"github.com/slacker-dev/slacker/internal/hellobench/workload"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
 // BenchmarkDeployStores measures deployment (cold pull + run of `echo hello`) of
@@ -32,7 +32,7 @@ import (
 //	go test -run '^$' -bench BenchmarkDeployStores -benchtime 1x -timeout 2h ./internal/e2e/
 //
 // Environment: SLACKER_BENCH_IMAGES (minbase,big), SLACKER_BENCH_RUNS (5),
-// SLACKER_BENCH_CORPUS (the corpus of `slacker bench core`,
+// SLACKER_BENCH_CORPUS (the corpus of `slacker-bench core`,
 // /var/lib/slacker-bench/corpus), SLACKER_BENCH_DIR (work directory, removed after;
 // /var/tmp/slacker-stores/bench).
 func BenchmarkDeployStores(b *testing.B) {
@@ -77,7 +77,7 @@ func BenchmarkDeployStores(b *testing.B) {
 	}
 	type sys struct {
 		name, store, publisher string // publisher: the system whose published refs it pulls
-		s                      *system.Slacker
+		s                      *rig.Slacker
 	}
 	systems := []*sys{
 		{name: "local", store: filepath.Join(work, "local", "store")},
@@ -87,7 +87,7 @@ func BenchmarkDeployStores(b *testing.B) {
 		{name: "registry-1gbit", store: "registry://" + link(chunks.Addr) + "/slacker/chunks", publisher: "registry"},
 	}
 	for _, s := range systems {
-		s.s, err = system.NewSlacker(system.SlackerOptions{Dir: filepath.Join(work, s.name), Slacker: slacker, Slackerd: slackerd,
+		s.s, err = rig.NewSlacker(rig.SlackerOptions{Dir: filepath.Join(work, s.name), Slacker: slacker, Slackerd: slackerd,
 			DaemonArgs: []string{"--store=" + s.store}})
 		if err != nil {
 			b.Fatal(err)
@@ -200,9 +200,9 @@ func envOr(k, def string) string {
 	return def
 }
 
-// buildCoreImages builds (or finds in the corpus) the images of `slacker bench
+// buildCoreImages builds (or finds in the corpus) the images of `slacker-bench
 // core`, from its own workload file.
-func buildCoreImages(b *testing.B, names []string) map[string]system.Image {
+func buildCoreImages(b *testing.B, names []string) map[string]rig.Image {
 	raw, err := os.ReadFile(filepath.Join("..", "bench", "core", "workloads.toml"))
 	if err != nil {
 		b.Fatal(err)
@@ -230,10 +230,10 @@ func buildCoreImages(b *testing.B, names []string) map[string]system.Image {
 	if f := rep.Failed(); len(f) > 0 {
 		b.Fatalf("build %s: %v", f[0].Name, f[0].Err)
 	}
-	imgs := map[string]system.Image{}
+	imgs := map[string]rig.Image{}
 	for _, r := range rep.Results {
 		short := strings.TrimPrefix(r.Name, "core-")
-		imgs[short] = system.Image{Name: "core-" + short, Layout: c.Layout.Dir, Tag: r.Name, DataBytes: r.Record.USize, CompressedBytes: r.Record.Size}
+		imgs[short] = rig.Image{Name: "core-" + short, Layout: c.Layout.Dir, Tag: r.Name, DataBytes: r.Record.USize, CompressedBytes: r.Record.Size}
 	}
 	return imgs
 }

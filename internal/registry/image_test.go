@@ -12,7 +12,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
-	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

@@ -14,7 +14,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/image"
-	"github.com/slacker-dev/slacker/internal/services"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

@@ -17,9 +17,9 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/faultproxy"
-	"github.com/slacker-dev/slacker/internal/services"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 

@@ -1,0 +1,463 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/slacker-dev/slacker/bench/corpus"
+	"github.com/slacker-dev/slacker/bench/eval"
+	"github.com/slacker-dev/slacker/bench/rig"
+)
+
+// Options configure a run.
+type Options struct {
+	// Dir holds the loop files, mounts and the two systems' state; emptied first.
+	Dir string
+	// ImagesDir is the evaluation's OCI layout (the image holding the files).
+	ImagesDir string
+	Binaries  rig.Binaries
+	// Jobs jobs at queue depth Depth, each on its own file of FileSize bytes.
+	Jobs     int
+	Depth    int
+	FileSize int64
+	// Runtime is each 4 KiB test's duration in seconds; SweepRuntime each point of
+	// the block-size sweep's.
+	Runtime, SweepRuntime int
+	// SweepBS are the block sizes of the random-read sweep (empty: no sweep).
+	SweepBS []int64
+	// LoopSize is the size of each loop file (sparse).
+	LoopSize int64
+	// Targets restricts the targets (names as in AllTargets); empty means all.
+	Targets []string
+	Runs    int
+	Seed    uint64
+	// DaemonArgs are extra slackerd flags.
+	DaemonArgs []string
+	Progress   *rig.Progress
+}
+
+// AllTargets are the storage stacks measured, in report order.
+var AllTargets = []string{"ext4", "ext4-loop", "xfs-loop", "btrfs-loop", "btrfs-nodatacow", "overlayfs", "slacker", "slacker-cache"}
+
+var targetDesc = map[string]string{
+	"ext4":            "plain ext4: a directory of the host's filesystem (the data-volume case)",
+	"ext4-loop":       "ext4 on a loop device (direct I/O) over a file of the host's ext4",
+	"xfs-loop":        "xfs on a loop device (direct I/O)",
+	"btrfs-loop":      "btrfs on a loop device (direct I/O), copy-on-write",
+	"btrfs-nodatacow": "btrfs mounted with nodatacow",
+	"overlayfs":       "containerd's overlayfs snapshot of the image (files in the lower layer)",
+	"slacker":         "Slacker's container root: ext4 on loop on FUSE on slackerd, cloned from the image",
+	"slacker-cache":   "the same with slackerd's memory cache sized to hold all the files (--cache-memory)",
+}
+
+// Sample is one fio run.
+type Sample struct {
+	Target string `json:"target"`
+	RW     string `json:"rw"`
+	BS     int64  `json:"bs"`
+	// Phase is "cold" (first run after the target was made cold: page cache dropped,
+	// and for the two container systems a fresh node) or "warm" (right after).
+	Phase string `json:"phase"`
+	Run   int    `json:"run"`
+	Result
+	// WallS is fio's whole wall-clock time, set-up included (overlayfs copies every
+	// file up when fio opens it for writing).
+	WallS float64 `json:"wall_s"`
+}
+
+// Config is the run's fio configuration.
+type Config struct {
+	Jobs         int      `json:"jobs"`
+	Depth        int      `json:"depth"`
+	FileSize     int64    `json:"file_size"`
+	Runtime      int      `json:"runtime_s"`
+	SweepRuntime int      `json:"sweep_runtime_s"`
+	SweepBS      []int64  `json:"sweep_bs"`
+	LoopSize     int64    `json:"loop_size"`
+	Runs         int      `json:"runs"`
+	FioVersion   string   `json:"fio_version"`
+	SlackerdArgs []string `json:"slackerd_args,omitempty"`
+}
+
+// Results is what a run measured (storage.json).
+type Results struct {
+	Meta    *eval.Meta        `json:"meta"`
+	Config  Config            `json:"config"`
+	Targets map[string]string `json:"targets"`
+	Samples []Sample          `json:"samples"`
+}
+
+// target is one storage stack holding the data files.
+type target interface {
+	name() string
+	// open makes the target cold and returns the directory holding the files.
+	open(ctx context.Context) (string, error)
+	// release undoes open (a container root is unmounted; a filesystem stays).
+	release() error
+	// close removes what the target made.
+	close() error
+}
+
+const imageName = "eval-fio"
+
+// Run measures every target.
+func Run(ctx context.Context, o Options) (*Results, error) {
+	if err := eval.NeedRoot("storage"); err != nil {
+		return nil, err
+	}
+	if err := eval.NeedTools(map[string]string{"fio": "fio", "mkfs.xfs": "xfsprogs", "mkfs.btrfs": "btrfs-progs", "losetup": "util-linux"}); err != nil {
+		return nil, err
+	}
+	if o.Jobs <= 0 || o.Depth <= 0 || o.FileSize < 1<<20 || o.Runtime <= 0 {
+		return nil, fmt.Errorf("jobs, depth, runtime must be positive and the file size at least 1 MiB")
+	}
+	if o.Runs <= 0 {
+		o.Runs = 1
+	}
+	names := o.Targets
+	if len(names) == 0 {
+		names = AllTargets
+	}
+	for _, n := range names {
+		if targetDesc[n] == "" {
+			return nil, fmt.Errorf("unknown target %q (have %s)", n, strings.Join(AllTargets, ", "))
+		}
+	}
+	res := &Results{Meta: eval.NewMeta("storage"), Targets: map[string]string{},
+		Config: Config{Jobs: o.Jobs, Depth: o.Depth, FileSize: o.FileSize, Runtime: o.Runtime, SweepRuntime: o.SweepRuntime,
+			SweepBS: o.SweepBS, LoopSize: o.LoopSize, Runs: o.Runs, SlackerdArgs: o.DaemonArgs}}
+	if out, err := exec.Command("fio", "--version").Output(); err == nil {
+		res.Config.FioVersion = strings.TrimSpace(string(out))
+	}
+	for _, n := range names {
+		res.Targets[n] = targetDesc[n]
+	}
+	if err := os.RemoveAll(o.Dir); err != nil {
+		return nil, err
+	}
+	o.Progress.Printf("synthetic image: %d files of %s", o.Jobs, corpus.HumanBytes(o.FileSize))
+	img, err := eval.SynthImage(ctx, o.ImagesDir, corpus.SynthSpec{Files: o.Jobs, Size: o.FileSize, Layers: 1, Seed: 7,
+		Name: fmt.Sprintf("%s-%dx%s", imageName, o.Jobs, eval.SizeTag(o.FileSize))})
+	if err != nil {
+		return nil, err
+	}
+	blob, err := layerBlob(img)
+	if err != nil {
+		return nil, err
+	}
+	files := make([]string, o.Jobs)
+	for i := range files {
+		files[i] = corpus.SynthPath(i)
+	}
+
+	var pair *eval.Pair
+	var targets []target
+	defer func() {
+		for _, t := range targets {
+			if err := t.close(); err != nil {
+				o.Progress.Printf("clean-up of %s: %v", t.name(), err)
+			}
+		}
+		if pair != nil {
+			pair.Close()
+		}
+	}()
+	for _, n := range names {
+		switch n {
+		case "overlayfs", "slacker", "slacker-cache":
+			if pair == nil {
+				if pair, err = eval.StartPair(ctx, eval.PairOptions{Dir: filepath.Join(o.Dir, "sys"), Binaries: o.Binaries, DaemonArgs: o.DaemonArgs}); err != nil {
+					return nil, err
+				}
+				o.Progress.Printf("publishing %s to both systems", img.Name)
+				if err := pair.Publish(ctx, img); err != nil {
+					return nil, err
+				}
+			}
+			s := rig.System(pair.Slacker)
+			ref := pair.Ref(s, img.Name)
+			switch n {
+			case "overlayfs":
+				s, ref = pair.Overlay, pair.Ref(pair.Overlay, img.Name)
+			case "slacker-cache":
+				mem := fmt.Sprintf("--cache-memory=%d", 2*int64(o.Jobs)*o.FileSize)
+				big, err := rig.NewSlacker(rig.SlackerOptions{Dir: filepath.Join(o.Dir, "sys", "slacker-cache"),
+					Slacker: o.Binaries.Slacker, Slackerd: o.Binaries.Slackerd, DaemonArgs: append(append([]string(nil), o.DaemonArgs...), mem)})
+				if err != nil {
+					return nil, err
+				}
+				defer big.Close()
+				if ref, _, err = big.Publish(ctx, img, pair.Registry.Addr+"/cache"); err != nil {
+					return nil, err
+				}
+				s = big
+				res.Config.SlackerdArgs = append(res.Config.SlackerdArgs, "slacker-cache: "+mem)
+			}
+			targets = append(targets, &sysTarget{label: n, sys: s, ref: ref})
+		default:
+			o.Progress.Printf("making %s", n)
+			t, err := newFSTarget(ctx, n, filepath.Join(o.Dir, "fs"), o.LoopSize, blob)
+			if t != nil {
+				targets = append(targets, t)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", n, err)
+			}
+		}
+	}
+
+	rng := rand.New(rand.NewPCG(o.Seed, uint64(time.Now().UnixNano())))
+	for run := 1; run <= o.Runs; run++ {
+		order := append([]target(nil), targets...)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for _, t := range order {
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			res.Samples = append(res.Samples, measure(ctx, o, res.Meta, t, files, run)...)
+		}
+	}
+	res.Meta.Done()
+	return res, ctx.Err()
+}
+
+// measure runs one target's tests: random reads cold, warm and the block-size sweep
+// on one cold instance, then random writes cold and warm on a fresh one.
+func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []string, run int) []Sample {
+	var out []Sample
+	job := func(root, rw string, bs int64, runtime int) JobSpec {
+		return JobSpec{RW: rw, BS: bs, Jobs: o.Jobs, Depth: o.Depth, Runtime: runtime, Files: files, Dir: root, FileSize: o.FileSize, Direct: true}
+	}
+	do := func(spec JobSpec, phase string) bool {
+		r, wall, err := runFio(ctx, spec, filepath.Join(o.Dir, "jobs"))
+		if err != nil {
+			meta.Fail("%s %s %d %s run %d: %v", t.name(), spec.RW, spec.BS, phase, run, err)
+			o.Progress.Printf("FAILED %s %s: %v", t.name(), spec.RW, err)
+			return false
+		}
+		out = append(out, Sample{Target: t.name(), RW: spec.RW, BS: spec.BS, Phase: phase, Run: run, Result: r, WallS: wall.Seconds()})
+		o.Progress.Printf("run %d %-16s %-9s %6s %s: %8.0f IOPS  p50 %7.0fµs  p99 %8.0fµs  (%s)", run, t.name(), spec.RW,
+			sizeName(spec.BS), phase, r.IOPS, r.P50Us, r.P99Us, strings.TrimSuffix(wall.Round(time.Millisecond).String(), "0s"))
+		return true
+	}
+	for _, rw := range []string{"randread", "randwrite"} {
+		root, err := t.open(ctx)
+		if err != nil {
+			meta.Fail("%s %s run %d: open: %v", t.name(), rw, run, err)
+			continue
+		}
+		if do(job(root, rw, 4096, o.Runtime), "cold") {
+			do(job(root, rw, 4096, o.Runtime), "warm")
+			if rw == "randread" {
+				for _, bs := range o.SweepBS {
+					do(job(root, rw, bs, o.SweepRuntime), "warm")
+				}
+			}
+		}
+		if err := t.release(); err != nil {
+			meta.Fail("%s release: %v", t.name(), err)
+		}
+	}
+	return out
+}
+
+// runFio writes the job file and runs fio.
+func runFio(ctx context.Context, spec JobSpec, dir string) (Result, time.Duration, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Result{}, 0, err
+	}
+	jf := filepath.Join(dir, fmt.Sprintf("%s-%d.fio", spec.RW, spec.BS))
+	if err := os.WriteFile(jf, []byte(spec.JobFile()), 0o644); err != nil {
+		return Result{}, 0, err
+	}
+	outFile := jf + ".json"
+	tctx, cancel := context.WithTimeout(ctx, time.Duration(spec.Runtime)*time.Second+10*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(tctx, "fio", "--output-format=json", "--output="+outFile, jf)
+	msg, err := cmd.CombinedOutput()
+	wall := time.Since(start)
+	if err != nil {
+		return Result{}, wall, fmt.Errorf("fio: %w: %s", err, tail(string(msg)))
+	}
+	b, err := os.ReadFile(outFile)
+	if err != nil {
+		return Result{}, wall, err
+	}
+	dirName := "read"
+	if strings.Contains(spec.RW, "write") {
+		dirName = "write"
+	}
+	r, err := ParseFio(b, dirName)
+	if err == nil && r.Errors > 0 {
+		err = fmt.Errorf("fio reported errors in %d jobs", r.Errors)
+	}
+	return r, wall, err
+}
+
+func tail(s string) string {
+	s = strings.TrimSpace(s)
+	if len(s) > 600 {
+		s = "..." + s[len(s)-600:]
+	}
+	return s
+}
+
+func sizeName(bs int64) string {
+	switch {
+	case bs >= 1<<20 && bs%(1<<20) == 0:
+		return fmt.Sprintf("%dM", bs>>20)
+	case bs >= 1<<10 && bs%(1<<10) == 0:
+		return fmt.Sprintf("%dk", bs>>10)
+	}
+	return fmt.Sprint(bs)
+}
+
+// layerBlob is the path of the single layer blob of img.
+func layerBlob(img rig.Image) (string, error) {
+	l, err := corpus.OpenLayout(img.Layout)
+	if err != nil {
+		return "", err
+	}
+	tags, err := l.Tags()
+	if err != nil {
+		return "", err
+	}
+	m, _, err := l.Manifest(tags[img.Tag])
+	if err != nil {
+		return "", err
+	}
+	if len(m.Layers) != 1 {
+		return "", fmt.Errorf("image %s has %d layers, want 1", img.Tag, len(m.Layers))
+	}
+	return l.BlobPath(m.Layers[0].Digest.String()), nil
+}
+
+// sysTarget is a container root of a system, fresh and cold for every open.
+type sysTarget struct {
+	label   string
+	sys     rig.System
+	ref     string
+	unmount func() error
+}
+
+func (t *sysTarget) name() string { return t.label }
+
+func (t *sysTarget) open(ctx context.Context) (string, error) {
+	if err := t.sys.Cold(ctx); err != nil {
+		return "", err
+	}
+	root, release, err := t.sys.Mount(ctx, t.ref)
+	if err != nil {
+		return "", err
+	}
+	t.unmount = release
+	return root, rig.DropCaches()
+}
+
+func (t *sysTarget) release() error {
+	if t.unmount == nil {
+		return nil
+	}
+	err := t.unmount()
+	t.unmount = nil
+	return err
+}
+
+func (t *sysTarget) close() error { return t.release() }
+
+// fsTarget is a filesystem holding a copy of the files: a directory of the host's
+// filesystem, or a filesystem made on a loop device of its own.
+type fsTarget struct {
+	n             string
+	img, mnt, dev string
+}
+
+func newFSTarget(ctx context.Context, name, dir string, loopSize int64, blob string) (*fsTarget, error) {
+	t := &fsTarget{n: name, mnt: filepath.Join(dir, name)}
+	if err := os.MkdirAll(t.mnt, 0o755); err != nil {
+		return nil, err
+	}
+	if name != "ext4" {
+		t.img = filepath.Join(dir, name+".img")
+		f, err := os.Create(t.img)
+		if err != nil {
+			return nil, err
+		}
+		err = f.Truncate(loopSize)
+		f.Close()
+		if err != nil {
+			return t, err
+		}
+		out, err := exec.CommandContext(ctx, "losetup", "--find", "--show", "--direct-io=on", t.img).CombinedOutput()
+		if err != nil {
+			return t, fmt.Errorf("losetup: %w: %s", err, out)
+		}
+		t.dev = strings.TrimSpace(string(out))
+		var mkfs []string
+		opts := ""
+		switch name {
+		case "ext4-loop":
+			mkfs = []string{"mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", t.dev}
+		case "xfs-loop":
+			mkfs = []string{"mkfs.xfs", "-q", "-f", t.dev}
+		case "btrfs-loop", "btrfs-nodatacow":
+			mkfs = []string{"mkfs.btrfs", "-q", "-f", t.dev}
+			if name == "btrfs-nodatacow" {
+				opts = "nodatacow"
+			}
+		}
+		if out, err := exec.CommandContext(ctx, mkfs[0], mkfs[1:]...).CombinedOutput(); err != nil {
+			return t, fmt.Errorf("%s: %w: %s", mkfs[0], err, out)
+		}
+		args := []string{t.dev, t.mnt}
+		if opts != "" {
+			args = append([]string{"-o", opts}, args...)
+		}
+		if out, err := exec.CommandContext(ctx, "mount", args...).CombinedOutput(); err != nil {
+			return t, fmt.Errorf("mount: %w: %s", err, out)
+		}
+	}
+	files := filepath.Join(t.mnt, "files")
+	if err := os.Mkdir(files, 0o755); err != nil {
+		return t, err
+	}
+	if err := corpus.ExtractLayerToDir(ctx, blob, files); err != nil {
+		return t, err
+	}
+	return t, nil
+}
+
+func (t *fsTarget) name() string { return t.n }
+
+func (t *fsTarget) open(ctx context.Context) (string, error) {
+	return filepath.Join(t.mnt, "files"), rig.DropCaches()
+}
+
+func (t *fsTarget) release() error { return nil }
+
+func (t *fsTarget) close() error {
+	var errs []error
+	if t.dev != "" {
+		if out, err := exec.Command("umount", t.mnt).CombinedOutput(); err != nil && !strings.Contains(string(out), "not mounted") {
+			errs = append(errs, fmt.Errorf("umount %s: %w: %s", t.mnt, err, out))
+		}
+		if out, err := exec.Command("losetup", "-d", t.dev).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("losetup -d %s: %w: %s", t.dev, err, out))
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, os.RemoveAll(t.mnt))
+		if t.img != "" {
+			errs = append(errs, os.Remove(t.img))
+		}
+	}
+	return errors.Join(errs...)
+}

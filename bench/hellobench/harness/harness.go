@@ -1,0 +1,658 @@
+package harness
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/bench/corpus"
+	"github.com/slacker-dev/slacker/bench/rig"
+	"github.com/slacker-dev/slacker/bench/workload"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
+)
+
+// Timeouts of the steps that are not the workload's own.
+const (
+	pullTimeout   = 15 * time.Minute
+	pushTimeout   = 15 * time.Minute
+	removeTimeout = 2 * time.Minute
+	// outputKeep is how much of an exit-rule workload's stdout a sample keeps.
+	outputKeep = 1 << 10
+)
+
+type harness struct {
+	o       Options
+	res     *Results
+	ws      []*workload.Workload
+	imgs    map[string]rig.Image
+	systems []rig.System
+	refs    map[string]map[string]string // system -> workload -> ref
+	pubErr  map[string]map[string]string // system -> workload -> why publishing failed
+	link    *rig.Link
+	reg     *services.Registry
+	minio   *services.MinIO // the S3 store behind a link
+	started time.Time
+	// progress prints o.Progress's lines.
+	progress *rig.Progress
+}
+
+func (h *harness) printf(format string, args ...any) { h.progress.Printf(format, args...) }
+
+// Run runs the harness. It returns the results gathered so far even on error or
+// cancellation (Results.Interrupted is set then), and always stops everything it
+// started: daemons, containers, the registry, the emulated link.
+func Run(ctx context.Context, o Options) (*Results, error) {
+	p, err := prepare(&o)
+	if err != nil {
+		return nil, err
+	}
+	// Options are checked first, so a mistake is reported as such by anyone.
+	if os.Geteuid() != 0 {
+		return nil, errors.New("slacker-bench hello must run as root (containers, mounts, network namespaces)")
+	}
+	profile, rate, specs, ws := p.profile, p.rate, p.specs, p.ws
+	h := &harness{o: o, ws: ws, imgs: map[string]rig.Image{}, refs: map[string]map[string]string{},
+		pubErr: map[string]map[string]string{}, started: time.Now(), progress: rig.NewProgress(o.Progress)}
+	abs, _ := filepath.Abs(o.WorkloadsFile)
+	rec := rig.NewRecord()
+	h.res = &Results{Version: ResultsVersion, Date: rec.Date, Commit: rec.Commit, Machine: machineOf(rec.Machine),
+		Command: o.Command, Runs: o.Runs, Seed: o.Seed, WorkloadsFile: abs,
+		Profile: Profile{Name: profile, RateBits: rate}}
+	if rate > 0 {
+		h.res.Profile.RTTMillis = float64(o.RTT) / float64(time.Millisecond)
+	}
+	defer func() { h.res.Elapsed = time.Since(h.started).Seconds() }()
+
+	if err := resetDir(o.Dir); err != nil {
+		return nil, err
+	}
+	if err := h.build(ctx); err != nil {
+		return h.res, err
+	}
+	defer h.teardown()
+	if err := h.network(ctx, rate); err != nil {
+		return h.res, err
+	}
+	if err := h.makeSystems(specs); err != nil {
+		return h.res, err
+	}
+	h.publish(ctx)
+	h.save()
+	if o.Warmup {
+		h.warmup(ctx)
+	}
+	h.measure(ctx)
+	if ctx.Err() != nil {
+		h.res.Interrupted = true
+	}
+	h.res.Elapsed = time.Since(h.started).Seconds()
+	h.save()
+	return h.res, ctx.Err()
+}
+
+// plan is what prepare made of the options.
+type plan struct {
+	profile string
+	rate    int64
+	specs   []SystemSpec
+	ws      []*workload.Workload
+}
+
+// prepare fills in o's defaults and checks it: profile, systems, cycles, the work
+// directory (emptied by Run, so it must hold neither the corpus nor the workloads
+// file) and the workloads selected. It changes nothing on disk.
+func prepare(o *Options) (*plan, error) {
+	if o.Runs <= 0 {
+		o.Runs = 3
+	}
+	if o.RTT <= 0 {
+		o.RTT = time.Millisecond
+	}
+	if len(o.Cycles) == 0 {
+		o.Cycles = []string{Deployment, Development}
+	}
+	for i, c := range o.Cycles {
+		if c != Deployment && c != Development {
+			return nil, fmt.Errorf("unknown cycle %q (want %s or %s)", c, Deployment, Development)
+		}
+		if slices.Contains(o.Cycles[:i], c) {
+			return nil, fmt.Errorf("cycle %q given twice", c)
+		}
+	}
+	if o.Seed == 0 {
+		o.Seed = uint64(time.Now().UnixNano())
+	}
+	switch o.StoreServer {
+	case "", "s3", "registry":
+	default:
+		return nil, fmt.Errorf("store server %q: want s3 or registry", o.StoreServer)
+	}
+	p := &plan{}
+	var err error
+	if p.profile, p.rate, err = ParseProfile(o.Profile); err != nil {
+		return nil, err
+	}
+	if p.specs, err = parseSystems(o.Systems); err != nil {
+		return nil, err
+	}
+	if err := checkWorkDir(o.Dir, o.CorpusDir, o.WorkloadsFile); err != nil {
+		return nil, err
+	}
+	set, err := workload.ParseFile(o.WorkloadsFile)
+	if err != nil {
+		return nil, err
+	}
+	names := o.Only
+	if o.Quick && len(names) == 0 {
+		for _, n := range QuickWorkloads {
+			if set.Get(n) != nil {
+				names = append(names, n)
+			}
+		}
+		if len(names) == 0 {
+			return nil, fmt.Errorf("--quick: %s has none of the quick workloads (%s)", o.WorkloadsFile, strings.Join(QuickWorkloads, ", "))
+		}
+	}
+	if p.ws, err = set.Select(names); err != nil {
+		return nil, err
+	}
+	if len(p.ws) == 0 {
+		return nil, errors.New("no workloads selected")
+	}
+	return p, nil
+}
+
+// checkWorkDir refuses a work directory that Run must not empty: none, the root,
+// or one that is or holds the corpus or the workloads file.
+func checkWorkDir(dir, corpusDir, workloadsFile string) error {
+	if dir == "" {
+		return errors.New("no work directory given")
+	}
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return err
+	}
+	if abs == "/" {
+		return fmt.Errorf("refusing work directory %q", dir)
+	}
+	for _, p := range []struct{ what, path string }{{"the corpus", corpusDir}, {"the workloads file", workloadsFile}} {
+		if p.path == "" {
+			continue
+		}
+		pa, err := filepath.Abs(p.path)
+		if err != nil {
+			return err
+		}
+		if pa == abs || strings.HasPrefix(pa, abs+"/") {
+			return fmt.Errorf("work directory %s holds %s (%s), and the harness empties it first: choose another --dir", dir, p.what, p.path)
+		}
+	}
+	return nil
+}
+
+func parseSystems(in []string) ([]SystemSpec, error) {
+	var out []SystemSpec
+	seen := map[string]bool{}
+	for _, s := range in {
+		spec, err := ParseSystem(s)
+		if err != nil {
+			return nil, err
+		}
+		if seen[spec.Name] {
+			return nil, fmt.Errorf("system %q given twice", spec.Name)
+		}
+		seen[spec.Name] = true
+		out = append(out, spec)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no systems given (e.g. --systems overlayfs,slacker)")
+	}
+	return out, nil
+}
+
+// build builds (or finds cached) every selected workload's image.
+func (h *harness) build(ctx context.Context) error {
+	c, err := corpus.Open(corpus.Options{Dir: h.o.CorpusDir, Progress: h.o.Progress})
+	if err != nil {
+		return err
+	}
+	h.printf("corpus: %d workloads in %s (built only if missing or changed)", len(h.ws), h.o.CorpusDir)
+	rep, err := c.Build(ctx, h.ws)
+	if err != nil {
+		return fmt.Errorf("build corpus: %w", err)
+	}
+	if f := rep.Failed(); len(f) > 0 {
+		var names []string
+		for _, r := range f {
+			names = append(names, fmt.Sprintf("%s (%v)", r.Name, r.Err))
+		}
+		return fmt.Errorf("corpus: %d images failed to build: %s", len(f), strings.Join(names, "; "))
+	}
+	byName := map[string]*corpus.ImageRecord{}
+	for _, r := range rep.Results {
+		byName[r.Name] = r.Record
+	}
+	for _, w := range h.ws {
+		rec := byName[w.Name]
+		if rec == nil {
+			return fmt.Errorf("corpus: no image for %s", w.Name)
+		}
+		h.imgs[w.Name] = rig.Image{Name: w.Name, Layout: c.Layout.Dir, Tag: w.Name, DataBytes: rec.USize, CompressedBytes: rec.Size}
+		h.res.Workloads = append(h.res.Workloads, WorkloadInfo{Name: w.Name, Category: string(w.Category), Ready: w.Ready.String(),
+			Timeout: w.Timeout.Seconds(), Layers: len(rec.Layers), CompressedBytes: rec.Size, DataBytes: rec.USize})
+	}
+	return nil
+}
+
+// network sets up the profile: a registry on loopback, or behind an emulated link.
+func (h *harness) network(ctx context.Context, rate int64) error {
+	regDir := filepath.Join(h.o.Dir, "registry")
+	if rate == 0 {
+		reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: regDir})
+		if err != nil {
+			return err
+		}
+		h.reg = reg
+		h.res.Profile.Registry = reg.Addr
+		h.printf("profile loopback: registry at %s", reg.Addr)
+	} else {
+		l, err := rig.NewLink(ctx, rig.LinkOptions{Rate: rate, RTT: h.o.RTT})
+		if err != nil {
+			return fmt.Errorf("emulated link: %w", err)
+		}
+		h.link = l
+		err = rig.InNetns(l.NetnsPath, func() error {
+			reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: regDir, Addr: l.FarIP + ":5000"})
+			h.reg = reg
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("registry behind the link: %w", err)
+		}
+		h.res.Profile.Registry = h.reg.Addr
+		h.printf("profile %s: %d bit/s, RTT %s, registry at %s in network namespace %s", h.res.Profile.Name, rate, h.o.RTT, h.reg.Addr, l.Netns)
+	}
+	storeShown := h.o.Store
+	if h.link != nil && h.o.Store == "" {
+		// Behind a link, Slacker's chunks must cross it as the baseline's layers do:
+		// in a MinIO server beside the registry (the S3 store), or in the registry
+		// itself, packed into blobs (the registry store).
+		switch h.o.StoreServer {
+		case "registry":
+			h.o.Store = "registry://" + h.reg.Addr + "/slacker/chunks"
+			storeShown = h.o.Store
+		default:
+			err := rig.InNetns(h.link.NetnsPath, func() error {
+				m, err := services.StartMinIO(ctx, services.MinIOOptions{Dir: filepath.Join(h.o.Dir, "minio"), Addr: h.link.FarIP + ":9000"})
+				h.minio = m
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("S3 store behind the link: %w", err)
+			}
+			h.o.Store = h.minio.Location("slacker", "")
+			storeShown = "s3://" + h.minio.Addr + "/slacker (MinIO)"
+		}
+		h.printf("Slacker's chunk store behind the link: %s", storeShown)
+	}
+	h.res.Profile.Store = storeShown
+	if h.o.Store == "" {
+		h.res.Profile.Store = filepath.Join(h.o.Dir, "slacker", "store")
+	}
+	h.res.Profile.StoreRemote = h.link != nil && strings.Contains(storeShown, h.link.FarIP)
+	if h.link != nil && !h.res.Profile.StoreRemote {
+		note := "Slacker's chunk store was a directory on the node, not across the link: only the registry was behind it, so Slacker's data never crossed the emulated network"
+		h.res.Notes = append(h.res.Notes, note)
+		h.printf("note: %s", note)
+	}
+	return nil
+}
+
+func (h *harness) makeSystems(specs []SystemSpec) error {
+	for _, sp := range specs {
+		var s rig.System
+		var err error
+		detail := ""
+		switch sp.Kind {
+		case "slacker":
+			s, err = rig.NewSlacker(rig.SlackerOptions{Dir: filepath.Join(h.o.Dir, "slacker"), Slacker: h.o.Slacker,
+				Slackerd: h.o.Slackerd, DaemonArgs: h.o.SlackerdArgs, Store: h.o.Store})
+			detail = "slackerd + slacker CLI (pull, run), store " + h.res.Profile.Store
+			if len(h.o.SlackerdArgs) > 0 {
+				detail += ", slackerd " + strings.Join(h.o.SlackerdArgs, " ")
+			}
+		default:
+			dir := filepath.Join(h.o.Dir, "ctrd")
+			if sp.Name != "overlayfs" {
+				dir = filepath.Join(h.o.Dir, "ctrd-"+sp.Name)
+			}
+			s, err = rig.NewContainerd(rig.ContainerdOptions{Dir: dir, Snapshotter: sp.Snapshotter, ProxySocket: sp.Socket, Name: sp.Name})
+			detail = "containerd 1.6 + runc via ctr, snapshotter " + sp.Snapshotter
+			if sp.Socket != "" {
+				detail += " (proxy at " + sp.Socket + ", already running: its own state is not reset by Cold)"
+			}
+		}
+		if err != nil {
+			return err
+		}
+		h.systems = append(h.systems, s)
+		h.res.Systems = append(h.res.Systems, SystemInfo{Name: sp.Name, Detail: detail})
+	}
+	return nil
+}
+
+// publish pushes every image whole with every system (the first push).
+func (h *harness) publish(ctx context.Context) {
+	for _, s := range h.systems {
+		h.refs[s.Name()], h.pubErr[s.Name()] = map[string]string{}, map[string]string{}
+		for _, w := range h.ws {
+			if ctx.Err() != nil {
+				return
+			}
+			start := time.Now()
+			pctx, cancel := context.WithTimeout(ctx, pushTimeout)
+			ref, took, err := s.Publish(pctx, h.imgs[w.Name], h.reg.Addr)
+			cancel()
+			p := PublishSample{Workload: w.Name, System: s.Name(), OK: err == nil, Push: took.Seconds(), Total: time.Since(start).Seconds()}
+			if err != nil {
+				p.Failure = err.Error()
+				h.pubErr[s.Name()][w.Name] = err.Error()
+				h.printf("%s: publishing %s FAILED: %v", s.Name(), w.Name, err)
+			} else {
+				h.refs[s.Name()][w.Name] = ref
+				h.printf("%s: published %s in %.2fs (push %.3fs)", s.Name(), w.Name, p.Total, p.Push)
+			}
+			h.res.Publish = append(h.res.Publish, p)
+		}
+		s.Close()
+	}
+}
+
+// warmup deploys every workload once with Slacker, untimed, so that its store
+// holds each image's start-up trace (recorded by the first container of an image
+// that has none), as one earlier run of the image anywhere would leave it. The
+// containerd systems keep nothing between cold samples, so they get none.
+func (h *harness) warmup(ctx context.Context) {
+	for _, s := range h.systems {
+		if _, ok := s.(*rig.Slacker); !ok {
+			continue
+		}
+		for i, w := range h.ws {
+			if ctx.Err() != nil {
+				return
+			}
+			smp := h.sample(ctx, task{w, s, Deployment}, 0, i)
+			h.res.Warmups = append(h.res.Warmups, smp)
+			h.printf("warm-up: %s", progressLine(0, 0, i+1, len(h.ws), &smp))
+		}
+	}
+	h.save()
+}
+
+type task struct {
+	w     *workload.Workload
+	sys   rig.System
+	cycle string
+}
+
+// measure runs every (workload, system, cycle) once per run, shuffled.
+func (h *harness) measure(ctx context.Context) {
+	rng := rand.New(rand.NewPCG(h.o.Seed, 0x48656c6c6f))
+	var tasks []task
+	for _, w := range h.ws {
+		for _, s := range h.systems {
+			for _, c := range h.o.Cycles {
+				tasks = append(tasks, task{w, s, c})
+			}
+		}
+	}
+	total := len(tasks) * h.o.Runs
+	done := 0
+	for run := 1; run <= h.o.Runs; run++ {
+		order := slices.Clone(tasks)
+		rng.Shuffle(len(order), func(i, j int) { order[i], order[j] = order[j], order[i] })
+		for seq, t := range order {
+			if ctx.Err() != nil {
+				return
+			}
+			s := h.sample(ctx, t, run, seq)
+			if ctx.Err() != nil {
+				return // an interrupted sample is not a failure of the system
+			}
+			done++
+			h.res.Samples = append(h.res.Samples, s)
+			h.save()
+			h.printf("%s", progressLine(run, h.o.Runs, done, total, &s))
+		}
+	}
+}
+
+func progressLine(run, runs, done, total int, s *Sample) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "run %d/%d [%d/%d] %-10s %-11s %-16s", run, runs, done, total, s.System, s.Cycle, s.Workload)
+	if s.Cycle == Development {
+		fmt.Fprintf(&b, " push %.3fs", s.Push)
+	}
+	fmt.Fprintf(&b, " pull %.3fs run %.3fs", s.Pull, s.RunTime)
+	if s.OK {
+		fmt.Fprintf(&b, " moved %s", corpus.HumanBytes(s.Fetched()))
+		if s.ReadBytes >= 0 {
+			fmt.Fprintf(&b, " read %s", corpus.HumanBytes(s.ReadBytes))
+		}
+		fmt.Fprintf(&b, " (%s)", s.Ready)
+	} else {
+		fmt.Fprintf(&b, " FAILED at %s: %s", s.Stage, clip(s.Failure, 300))
+	}
+	return b.String()
+}
+
+// change is the development cycle's change for a run: one deterministic file.
+func change(w *workload.Workload, run int) rig.Change {
+	return rig.Change{Tag: fmt.Sprintf("dev-%d", run), Path: "/hellobench/change",
+		Content: []byte(fmt.Sprintf("hellobench development change %d of %s\n", run, w.Name))}
+}
+
+// sample measures one cycle from a cold node.
+func (h *harness) sample(ctx context.Context, t task, run, seq int) (s Sample) {
+	w, sys := t.w, t.sys
+	s = Sample{Workload: w.Name, Category: string(w.Category), System: sys.Name(), Cycle: t.cycle, Run: run, Seq: seq,
+		Start: time.Now().UTC(), ReadBytes: -1}
+	fail := func(stage string, err error) Sample {
+		s.OK, s.Stage, s.Failure = false, stage, err.Error()
+		return s
+	}
+	defer sys.Close()
+	ref, ok := h.refs[sys.Name()][w.Name]
+	if !ok {
+		return fail("publish", fmt.Errorf("the image was not published: %s", h.pubErr[sys.Name()][w.Name]))
+	}
+	if t.cycle == Development {
+		dev, ok := sys.(rig.Developer)
+		if !ok {
+			return fail("push", fmt.Errorf("%s cannot push a change", sys.Name()))
+		}
+		var far0 int64
+		if h.link != nil {
+			far0, _ = h.link.Bytes()
+		}
+		pctx, cancel := context.WithTimeout(ctx, pushTimeout)
+		pr, err := dev.PushChange(pctx, h.imgs[w.Name], ref, change(w, run))
+		cancel()
+		if err != nil {
+			return fail("push", err)
+		}
+		s.Push, s.PushBytes, ref = pr.Took.Seconds(), pr.Bytes, pr.Ref
+		if h.link != nil {
+			far1, _ := h.link.Bytes()
+			s.PushLinkBytes = far1 - far0
+		}
+		if len(pr.Parts) > 0 {
+			s.PushParts = map[string]float64{}
+			for k, v := range pr.Parts {
+				s.PushParts[k] = v.Seconds()
+			}
+		}
+	}
+	if err := sys.Cold(ctx); err != nil {
+		return fail("cold", err)
+	}
+	var near0 int64
+	if h.link != nil {
+		_, near0 = h.link.Bytes()
+	}
+	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
+	pull, err := sys.Pull(pctx, ref)
+	cancel()
+	s.Pull = pull.Seconds()
+	if err != nil {
+		return fail("pull", err)
+	}
+	starter, ok := sys.(rig.Starter)
+	if !ok {
+		return fail("start", fmt.Errorf("%s cannot start containers in the background", sys.Name()))
+	}
+	out := &headBuffer{max: 64 << 10}
+	var stdout, stderr io.Writer = out, nil
+	var matcher *workload.LineMatcher
+	var streams []io.Writer
+	if r, ok := w.Ready.(*workload.Log); ok {
+		matcher = workload.NewLineMatcher(r)
+		streams = []io.Writer{matcher.Stream(), matcher.Stream()}
+		stdout, stderr = io.MultiWriter(out, streams[0]), streams[1]
+	}
+	spec := rig.RunSpec{Name: fmt.Sprintf("hb-%d-%d-%s", run, seq, w.Name), Args: w.Cmd, Stdout: stdout, Stderr: stderr}
+	if w.HasStdin {
+		spec.Stdin = strings.NewReader(w.Stdin)
+	}
+	c, err := starter.Start(ctx, ref, spec)
+	if err != nil {
+		return fail("start", err)
+	}
+	o := await(ctx, w, c, c.Started, matcher, streams, rig.DialInNetns)
+	s.RunTime = o.At.Sub(c.Started).Seconds()
+	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
+	st, rerr := c.Remove(rctx)
+	rcancel()
+	s.ReadBytes = st.ReadBytes
+	if tc, ok := sys.(rig.TrafficCounter); ok {
+		if tr, err := tc.Traffic(context.WithoutCancel(ctx)); err == nil {
+			s.RegistryBytes, s.StoreBytes = tr.RegistryBytes, tr.StoreBytes
+		}
+	}
+	if h.link != nil {
+		_, near1 := h.link.Bytes()
+		s.LinkBytes = near1 - near0
+	}
+	if o.Exited {
+		code := o.Code
+		s.ExitCode = &code
+	}
+	if _, isExit := w.Ready.(*workload.Exit); isExit {
+		s.Output = clip(out.String(), outputKeep)
+	}
+	s.Total = s.Push + s.Pull + s.RunTime
+	if !o.Ready {
+		msg := o.Reason
+		if tail := c.StderrTail(); tail != "" {
+			msg += "; stderr: " + clip(rig.LastLines(tail, 5), 600)
+		}
+		return fail("ready", errors.New(msg))
+	}
+	s.OK, s.Ready = true, o.What
+	if rerr != nil {
+		// Ready, but the container could not be removed: the next cold start resets
+		// the node anyway; keep the sample and say so.
+		h.printf("warning: removing %s: %v", spec.Name, rerr)
+	}
+	return s
+}
+
+func (h *harness) save() {
+	if h.o.Results == "" {
+		return
+	}
+	h.res.Elapsed = time.Since(h.started).Seconds()
+	if err := h.res.WriteJSON(h.o.Results); err != nil {
+		h.printf("warning: write %s: %v", h.o.Results, err)
+	}
+}
+
+// teardown stops what the harness started, in reverse order.
+func (h *harness) teardown() {
+	for _, s := range h.systems {
+		s.Close()
+	}
+	if h.reg != nil {
+		h.reg.Stop()
+	}
+	if h.minio != nil {
+		h.minio.Stop()
+	}
+	if h.link != nil {
+		if err := h.link.Close(); err != nil {
+			h.printf("warning: %v", err)
+		}
+	}
+	unmountUnder(h.o.Dir)
+}
+
+// headBuffer keeps the first max bytes written.
+type headBuffer struct {
+	mu  sync.Mutex
+	max int
+	b   []byte
+}
+
+func (b *headBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if room := b.max - len(b.b); room > 0 {
+		b.b = append(b.b, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (b *headBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.b)
+}
+
+// resetDir empties dir, first detaching anything a killed run left mounted in it,
+// so that removing it never walks into a mounted file system.
+func resetDir(dir string) error {
+	if dir == "" || dir == "/" {
+		return fmt.Errorf("refusing work directory %q", dir)
+	}
+	unmountUnder(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("empty work directory: %w", err)
+	}
+	return os.MkdirAll(dir, 0o755)
+}
+
+// unmountUnder detaches every mount at or below dir, deepest first.
+func unmountUnder(dir string) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return
+	}
+	ms, err := mount.Mounts(abs)
+	if err != nil {
+		return
+	}
+	for _, m := range ms {
+		unix.Unmount(m.Target, unix.MNT_DETACH)
+	}
+}

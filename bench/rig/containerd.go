@@ -1,0 +1,299 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/runc"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
+)
+
+// ContainerdOptions configure the containerd + overlayfs baseline.
+type ContainerdOptions struct {
+	Dir string // containerd's root, state and socket (keep it short); wiped by Cold
+	// Snapshotter is the snapshotter ctr uses (default overlayfs).
+	Snapshotter string
+	// ProxySocket, when set, is the gRPC socket of a snapshotter that is already
+	// running (stargz, soci, ...), plugged into containerd as Snapshotter.
+	ProxySocket string
+	// Name overrides the system's name (default "overlayfs", or the snapshotter's).
+	Name string
+	// WorkDir holds what must survive Cold (images made for PushChange); default
+	// Dir + "-work".
+	WorkDir string
+}
+
+// Containerd is containerd 1.6 with a snapshotter, driven by ctr, pulling ordinary
+// gzip layers from the registry (plain HTTP).
+type Containerd struct {
+	o      ContainerdOptions
+	c      *services.Containerd
+	seq    atomic.Int64
+	size   map[string]int64    // bytes a pull of ref moves: layers, config, manifest
+	runs   map[string]*runTree // the /run of ref's image
+	pulled map[string]bool     // refs pulled since Cold
+}
+
+// NewContainerd returns the system; nothing runs until Cold.
+func NewContainerd(o ContainerdOptions) (*Containerd, error) {
+	if o.Snapshotter == "" {
+		o.Snapshotter = "overlayfs"
+	}
+	if o.WorkDir == "" {
+		o.WorkDir = o.Dir + "-work"
+	}
+	for _, t := range []string{"containerd", "ctr", "skopeo"} {
+		if _, err := exec.LookPath(t); err != nil {
+			return nil, fmt.Errorf("containerd baseline needs %s (apt-get install containerd skopeo)", t)
+		}
+	}
+	if o.ProxySocket != "" {
+		if fi, err := os.Stat(o.ProxySocket); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			return nil, fmt.Errorf("snapshotter %s: no socket at %s (start it first)", o.Snapshotter, o.ProxySocket)
+		}
+	}
+	return &Containerd{o: o, size: map[string]int64{}, runs: map[string]*runTree{}, pulled: map[string]bool{}}, nil
+}
+
+func (c *Containerd) Name() string {
+	switch {
+	case c.o.Name != "":
+		return c.o.Name
+	case c.o.Snapshotter == "overlayfs":
+		return "overlayfs"
+	}
+	return "containerd-" + c.o.Snapshotter
+}
+
+// Publish copies the image to the registry as ordinary gzip layers.
+func (c *Containerd) Publish(ctx context.Context, img Image, registryAddr string) (string, time.Duration, error) {
+	ref := fmt.Sprintf("%s/oci/%s:latest", registryAddr, img.Name)
+	if err := c.learn(ref, img); err != nil {
+		return "", 0, err
+	}
+	r, err := must(ctx, "skopeo", "copy", "--quiet", "--dest-tls-verify=false", "oci:"+img.Layout+":"+img.Tag, "docker://"+ref)
+	if err != nil {
+		return "", 0, err
+	}
+	return ref, r.Took, nil
+}
+
+// learn records what a pull of ref moves and the image's /run.
+func (c *Containerd) learn(ref string, img Image) error {
+	im, err := loadImage(img.Layout, img.Tag)
+	if err != nil {
+		return err
+	}
+	n, err := pullSize(im)
+	if err != nil {
+		return err
+	}
+	c.size[ref] = n
+	if c.runs[ref], err = readRunTree(im); err != nil {
+		return fmt.Errorf("%s: %w", img.Name, err)
+	}
+	return nil
+}
+
+func (c *Containerd) ctr(ctx context.Context, stdin io.Reader, args ...string) (RunResult, error) {
+	return timed(ctx, stdin, "ctr", append([]string{"-a", c.c.Socket, "-n", "bench"}, args...)...)
+}
+
+func (c *Containerd) mustCtr(ctx context.Context, args ...string) (RunResult, error) {
+	r, err := c.ctr(ctx, nil, args...)
+	if err == nil && r.ExitCode != 0 {
+		err = fmt.Errorf("ctr %s: exit %d: %s", strings.Join(args, " "), r.ExitCode, strings.TrimSpace(r.Stderr+r.Stdout))
+	}
+	return r, err
+}
+
+// Cold restarts containerd on an empty root. A proxy snapshotter's own state is
+// not ours to reset: only containerd's is fresh.
+func (c *Containerd) Cold(ctx context.Context) error {
+	c.stop()
+	c.pulled = map[string]bool{}
+	if err := os.RemoveAll(c.o.Dir); err != nil {
+		return fmt.Errorf("reset containerd: %w", err)
+	}
+	if err := DropCaches(); err != nil {
+		return err
+	}
+	o := services.ContainerdOptions{Dir: c.o.Dir}
+	if c.o.ProxySocket != "" {
+		o.ProxySnapshotters = map[string]string{c.o.Snapshotter: c.o.ProxySocket}
+	}
+	var err error
+	c.c, err = services.StartContainerd(ctx, o)
+	return err
+}
+
+func (c *Containerd) stop() {
+	if c.c != nil {
+		c.c.Stop()
+		c.c = nil
+	}
+}
+
+func (c *Containerd) Pull(ctx context.Context, ref string) (time.Duration, error) {
+	r, err := c.mustCtr(ctx, "images", "pull", "--plain-http", "--snapshotter", c.o.Snapshotter, ref)
+	if err == nil {
+		c.pulled[ref] = true
+	}
+	return r.Took, err
+}
+
+func (c *Containerd) Run(ctx context.Context, ref string, args []string, stdin io.Reader) (RunResult, error) {
+	id := fmt.Sprintf("bench-%d-%d", os.Getpid(), c.seq.Add(1))
+	return c.ctr(ctx, stdin, append([]string{"run", "--rm", "--snapshotter", c.o.Snapshotter, ref, id}, args...)...)
+}
+
+// Start runs `ctr run` in the background, with what Docker gives a container and ctr
+// does not: an /etc/hosts (and hostname, resolv.conf) bound in, and the image's own
+// /run (a fresh copy of it) instead of containerd's empty tmpfs. ctr cannot set a
+// hostname, so the container keeps the host's, and /etc/hosts names it.
+func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Container, error) {
+	if c.c == nil {
+		return nil, fmt.Errorf("containerd is not running (Cold first)")
+	}
+	dir := filepath.Join(c.o.Dir, "containers", spec.Name)
+	hostname, _ := os.Hostname()
+	if err := runc.WriteEtc(filepath.Join(dir, "etc"), hostname, false); err != nil {
+		return nil, err
+	}
+	args := []string{"-a", c.c.Socket, "-n", "bench", "run", "--snapshotter", c.o.Snapshotter,
+		"--pid-file", filepath.Join(dir, "pid")}
+	for _, f := range runc.EtcFiles {
+		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/etc/%s,options=rbind:rw", filepath.Join(dir, "etc", f), f))
+	}
+	if t := c.runs[ref]; t != nil && t.Present {
+		if err := t.materialize(filepath.Join(dir, "run")); err != nil {
+			return nil, err
+		}
+		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/run,options=rbind:rw", filepath.Join(dir, "run")))
+	}
+	args = append(append(args, ref, spec.Name), spec.Args...)
+	sock := c.c.Socket
+	var ops ContainerOps
+	ops.PID = func(context.Context) (int, error) {
+		b, err := os.ReadFile(filepath.Join(dir, "pid"))
+		if err != nil {
+			return 0, err
+		}
+		return strconv.Atoi(strings.TrimSpace(string(b)))
+	}
+	ops.Kill = func(ctx context.Context) error {
+		_, err := must(ctx, "ctr", "-a", sock, "-n", "bench", "tasks", "kill", "-s", "SIGKILL", spec.Name)
+		return err
+	}
+	ops.Remove = func(ctx context.Context) (ContainerStats, error) {
+		st := ContainerStats{ReadBytes: -1, FetchedBytes: -1}
+		r, err := timed(ctx, nil, "ctr", "-a", sock, "-n", "bench", "containers", "rm", spec.Name)
+		if err == nil && r.ExitCode != 0 && !strings.Contains(r.Stderr, "not found") {
+			err = fmt.Errorf("ctr containers rm %s: %s", spec.Name, strings.TrimSpace(r.Stderr))
+		}
+		return st, err
+	}
+	return StartContainer(exec.Command("ctr", args...), spec, ops)
+}
+
+// FetchedBytes is the compressed size of the images pulled since Cold: containerd
+// moves all of it.
+func (c *Containerd) FetchedBytes(ctx context.Context) (int64, error) {
+	var n int64
+	for ref := range c.pulled {
+		n += c.size[ref]
+	}
+	return n, nil
+}
+
+// Traffic: everything a pull moves comes from the registry.
+func (c *Containerd) Traffic(ctx context.Context) (Traffic, error) {
+	n, err := c.FetchedBytes(ctx)
+	return Traffic{RegistryBytes: n}, err
+}
+
+// PushChange adds the change as a new gzip layer on top of img (built in a small
+// OCI layout next to the corpus's, sharing its blobs) and pushes it with skopeo,
+// which skips the layers the repository has: what the developer waits for is
+// building the layer and pushing it.
+func (c *Containerd) PushChange(ctx context.Context, img Image, ref string, ch Change) (PushResult, error) {
+	start := time.Now()
+	dir := filepath.Join(c.o.WorkDir, "changes", img.Name+"-"+ch.Tag)
+	if err := os.RemoveAll(dir); err != nil {
+		return PushResult{}, err
+	}
+	pushed, err := writeChangedLayout(img, ch, dir)
+	if err != nil {
+		return PushResult{}, err
+	}
+	newRef := retag(ref, ch.Tag)
+	if _, err := must(ctx, "skopeo", "copy", "--quiet", "--dest-tls-verify=false", "oci:"+dir+":"+ch.Tag, "docker://"+newRef); err != nil {
+		return PushResult{}, err
+	}
+	took := time.Since(start)
+	c.size[newRef] = c.size[ref] + pushed.layer + pushed.config + pushed.manifest - pushed.oldConfig - pushed.oldManifest
+	c.runs[newRef] = c.runs[ref]
+	os.RemoveAll(dir)
+	return PushResult{Ref: newRef, Took: took, Bytes: pushed.layer + pushed.config + pushed.manifest}, nil
+}
+
+// Mount prepares a writable snapshot of the pulled image and mounts it, as a
+// container's root would be.
+func (c *Containerd) Mount(ctx context.Context, ref string) (string, func() error, error) {
+	if _, err := c.Pull(ctx, ref); err != nil {
+		return "", nil, err
+	}
+	chain, err := chainIDFromRegistry(ctx, ref)
+	if err != nil {
+		return "", nil, err
+	}
+	key := fmt.Sprintf("bench-mount-%d", c.seq.Add(1))
+	if _, err := c.mustCtr(ctx, "snapshots", "--snapshotter", c.o.Snapshotter, "prepare", key, chain); err != nil {
+		return "", nil, err
+	}
+	target := filepath.Join(c.o.Dir, key)
+	if err := os.MkdirAll(target, 0o755); err != nil {
+		return "", nil, err
+	}
+	mr, err := c.mustCtr(ctx, "snapshots", "--snapshotter", c.o.Snapshotter, "mounts", target, key)
+	if err != nil {
+		return "", nil, err
+	}
+	line := strings.TrimSpace(mr.Stdout)
+	if !strings.HasPrefix(line, "mount ") {
+		return "", nil, fmt.Errorf("unexpected `ctr snapshots mounts` output: %q", line)
+	}
+	if out, err := exec.CommandContext(ctx, "sh", "-c", line).CombinedOutput(); err != nil {
+		return "", nil, fmt.Errorf("%s: %w: %s", line, err, out)
+	}
+	release := func() error {
+		unix.Unmount(target, 0)
+		os.Remove(target)
+		_, err := c.mustCtr(context.WithoutCancel(ctx), "snapshots", "--snapshotter", c.o.Snapshotter, "rm", key)
+		return err
+	}
+	return target, release, nil
+}
+
+func (c *Containerd) Close() error {
+	c.stop()
+	return nil
+}
+
+// retag replaces the tag of ref.
+func retag(ref, tag string) string {
+	if i := strings.LastIndex(ref, ":"); i > strings.LastIndex(ref, "/") {
+		ref = ref[:i]
+	}
+	return ref + ":" + tag
+}

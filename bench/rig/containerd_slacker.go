@@ -1,0 +1,88 @@
+package rig
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/slacker-dev/slacker/internal/testenv/services"
+)
+
+// ContainerdSlacker is containerd 1.6 with slackerd's snapshotter as its proxy
+// plugin "slacker", driven by ctr: images are published as Slacker images (convert
+// and push on a publishing node sharing the store), and pulled and run through
+// containerd, which mounts the snapshots lazily instead of unpacking layers.
+type ContainerdSlacker struct {
+	s *Slacker
+	c *Containerd
+}
+
+// NewContainerdSlacker returns the system; o is slackerd's (store and node under
+// o.Dir), ctrdDir containerd's (keep it short: it holds sockets).
+func NewContainerdSlacker(o SlackerOptions, ctrdDir string) (*ContainerdSlacker, error) {
+	o.Snapshotter = true
+	s, err := NewSlacker(o)
+	if err != nil {
+		return nil, err
+	}
+	c, err := NewContainerd(ContainerdOptions{Dir: ctrdDir, Snapshotter: "slacker"})
+	if err != nil {
+		return nil, err
+	}
+	return &ContainerdSlacker{s: s, c: c}, nil
+}
+
+func (x *ContainerdSlacker) Name() string { return "containerd-slacker" }
+
+// Publish converts and pushes the image as the slacker system does, under its own
+// name (its store is not the slacker system's).
+func (x *ContainerdSlacker) Publish(ctx context.Context, img Image, registryAddr string) (string, time.Duration, error) {
+	img.Name = "ctrd-" + img.Name
+	return x.s.Publish(ctx, img, registryAddr)
+}
+
+// Cold stops containerd, makes slackerd's node cold (fresh state, caches dropped),
+// and starts containerd on an empty root with the snapshotter plugged in.
+func (x *ContainerdSlacker) Cold(ctx context.Context) error {
+	x.c.stop()
+	x.c.pulled = map[string]bool{}
+	if err := x.s.Cold(ctx); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(x.c.o.Dir); err != nil {
+		return fmt.Errorf("reset containerd: %w", err)
+	}
+	var err error
+	x.c.c, err = services.StartContainerd(ctx, services.ContainerdOptions{Dir: x.c.o.Dir,
+		ProxySnapshotters: map[string]string{"slacker": filepath.Join(x.s.root, "snapshotter.sock")}})
+	return err
+}
+
+func (x *ContainerdSlacker) Pull(ctx context.Context, ref string) (time.Duration, error) {
+	return x.c.Pull(ctx, ref)
+}
+
+func (x *ContainerdSlacker) Run(ctx context.Context, ref string, args []string, stdin io.Reader) (RunResult, error) {
+	return x.c.Run(ctx, ref, args, stdin)
+}
+
+// FetchedBytes is what slackerd fetched from the store plus nothing from the
+// registry's layers (containerd skips or fetches only the few-KB Slacker layer).
+func (x *ContainerdSlacker) FetchedBytes(ctx context.Context) (int64, error) {
+	return x.s.FetchedBytes(ctx)
+}
+
+func (x *ContainerdSlacker) Mount(ctx context.Context, ref string) (string, func() error, error) {
+	return x.c.Mount(ctx, ref)
+}
+
+// Close stops containerd, then slackerd.
+func (x *ContainerdSlacker) Close() error {
+	x.c.Close()
+	return x.s.Close()
+}
+
+var _ System = (*ContainerdSlacker)(nil)

@@ -1,8 +1,0 @@
-// Package services starts and stops the real external programs that Slacker's tests,
-// demo and benchmarks drive: Debian's docker-registry (distribution 2.8),
-// containerd, and dockerd (docker.io 20.10). Each runs with its own configuration
-// under a caller-chosen directory (never system paths; dockerd's one exception,
-// /run/docker/plugins, is removed again if it made it), in its own process group, is
-// waited for until it answers, and is stopped by PID. Nothing here is used by
-// slackerd itself.
-package services
