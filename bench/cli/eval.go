@@ -284,9 +284,10 @@ ready. Needs root.`,
 	return cmd
 }
 
-// DefaultWorkloads is the shared HelloBench workloads file, when run from the
-// repository's checkout next to shared/.
-const DefaultWorkloads = "/work/shared/hellobench/workloads.toml"
+// DefaultWorkloads is the repository's HelloBench workloads file (the shared
+// definitions, with the corrections workloads/hellobench.toml explains), relative
+// to the checkout the command runs from.
+const DefaultWorkloads = "workloads/hellobench.toml"
 
 func newAnalysis(c *common) *cobra.Command {
 	var o analysis.Options

@@ -68,8 +68,8 @@ e2fsck, containerd), slackerd's configuration, its sockets and their permissions
 the chunk store, and containerd's configuration of the Slacker snapshotter. Every
 problem comes with the command or setting that fixes it. It exits 1 if a check
 failed (warnings do not count).`,
-		Example: `  sudo slacker doctor
-  sudo slacker doctor --config /etc/slacker/slackerd.toml --containerd-config /etc/containerd/config.toml`,
+		Example: `  slacker doctor
+  slacker doctor --config /etc/slacker/slackerd.toml --containerd-config /etc/containerd/config.toml`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("socket") || os.Getenv("SLACKER_SOCKET") != "" {
@@ -119,7 +119,7 @@ func runDoctor(ctx context.Context, de doctorEnv) []check {
 	var out []check
 	add := func(c check) { out = append(out, c) }
 	if de.euid != 0 {
-		add(check{"root", "fail", "not running as root", "slackerd and its checks need root: sudo slacker doctor"})
+		add(check{"root", "fail", "not running as root", "slackerd and its checks need root: slacker doctor"})
 	} else {
 		add(check{"root", "ok", "running as root", ""})
 	}
