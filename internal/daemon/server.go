@@ -17,9 +17,9 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/node"
-	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
 )
 
@@ -123,15 +123,15 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	kind, status := api.KindInternal, http.StatusInternalServerError
 	switch {
-	case errors.Is(err, node.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, node.ErrNotFound), errors.Is(err, errdefs.ErrNotFound):
 		kind, status = api.KindNotFound, http.StatusNotFound
 	case errors.Is(err, node.ErrExists):
 		kind, status = api.KindExists, http.StatusConflict
-	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, store.ErrInvalid):
+	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, errdefs.ErrInvalid):
 		kind, status = api.KindInvalid, http.StatusBadRequest
 	case errors.Is(err, node.ErrBusy), errors.Is(err, gc.ErrBusy):
 		kind, status = api.KindBusy, http.StatusConflict
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
+	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		kind, status = api.KindUnavailable, http.StatusServiceUnavailable
 	}
 	if status == http.StatusInternalServerError {

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/trace"
 )
@@ -225,7 +226,7 @@ func (c *collector) sweepTraces(ctx context.Context) error {
 		return nil
 	}
 	for _, name := range gone {
-		if err := r.DeleteRef(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := r.DeleteRef(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			c.log.Warn("gc-trace-not-deleted", "record", name, "err", err)
 		}
 	}
@@ -289,7 +290,7 @@ func (c *collector) markSnapshot(ctx context.Context, id digest.Digest, from str
 	info, ok := c.objs[id]
 	if !ok {
 		// Stored after the listing (then it is young and kept), or missing.
-		if _, err := c.st.Stat(ctx, id); errors.Is(err, store.ErrNotFound) {
+		if _, err := c.st.Stat(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
 			c.missing[id] = from
 			return nil
 		} else if err != nil {
@@ -346,7 +347,7 @@ func (c *collector) markYoungMaps(ctx context.Context) error {
 	for i, d := range young {
 		g.Go(func() error {
 			hdr, err := c.st.GetRange(gctx, d, 0, int64(len(blockmap.Magic)))
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, errdefs.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
@@ -400,7 +401,7 @@ func (c *collector) sweep(ctx context.Context, cands []digest.Digest) error {
 			size := c.objs[d].Size
 			if !c.o.DryRun {
 				err := c.st.Delete(ctx, d)
-				if errors.Is(err, store.ErrNotFound) {
+				if errors.Is(err, errdefs.ErrNotFound) {
 					continue
 				}
 				if err != nil {

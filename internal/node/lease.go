@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -107,7 +108,7 @@ func (l *leaser) loop() {
 	defer t.Stop()
 	for {
 		if err := l.write(ctx); err != nil {
-			if errors.Is(err, errors.ErrUnsupported) {
+			if errors.Is(err, errdefs.ErrUnsupported) {
 				l.log.Warn("lease-unsupported", "err", err)
 				return
 			}

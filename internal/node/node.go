@@ -21,6 +21,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/fusefs"
 	"github.com/slacker-dev/slacker/internal/mount"
@@ -317,7 +318,7 @@ func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error)
 	b, err := os.ReadFile(path)
 	if err != nil || store.Verify(id, b) != nil {
 		b, err = n.fetcher.Object(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, fmt.Errorf("snapshot %s is not in the store: %w", id, ErrNotFound)
 		}
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/trace"
 )
@@ -69,7 +70,7 @@ func (s *startup) lookup() {
 		s.replay(log, t, start)
 		return
 	}
-	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, trace.ErrInvalid) {
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, trace.ErrInvalid) {
 		// The store is away or refuses records: neither replay nor record.
 		log.Warn("startup-trace-lookup-failed", "err", err)
 		return

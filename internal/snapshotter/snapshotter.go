@@ -20,6 +20,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	slerrdefs "github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -131,7 +132,7 @@ func mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, node.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, node.ErrNotFound), errors.Is(err, slerrdefs.ErrNotFound):
 		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
 	case errors.Is(err, node.ErrExists):
 		return fmt.Errorf("%w: %w", errdefs.ErrAlreadyExists, err)
@@ -139,7 +140,7 @@ func mapErr(err error) error {
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
 	case errors.Is(err, node.ErrBusy):
 		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
-	case errors.Is(err, store.ErrUnavailable):
+	case errors.Is(err, slerrdefs.ErrUnavailable):
 		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
 	}
 	return err
