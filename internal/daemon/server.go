@@ -123,13 +123,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	kind, status := api.KindInternal, http.StatusInternalServerError
 	switch {
-	case errors.Is(err, node.ErrNotFound), errors.Is(err, errdefs.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrNotFound):
 		kind, status = api.KindNotFound, http.StatusNotFound
-	case errors.Is(err, node.ErrExists):
+	case errors.Is(err, errdefs.ErrExists):
 		kind, status = api.KindExists, http.StatusConflict
-	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, errdefs.ErrInvalid):
+	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, errdefs.ErrInvalid):
 		kind, status = api.KindInvalid, http.StatusBadRequest
-	case errors.Is(err, node.ErrBusy), errors.Is(err, gc.ErrBusy):
+	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, gc.ErrBusy):
 		kind, status = api.KindBusy, http.StatusConflict
 	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		kind, status = api.KindUnavailable, http.StatusServiceUnavailable
@@ -147,7 +147,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: request body: %v", node.ErrInvalid, err)
+		return fmt.Errorf("%w: request body: %v", errdefs.ErrInvalid, err)
 	}
 	return nil
 }
@@ -292,7 +292,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	} else if !ok {
-		s.fail(w, r, fmt.Errorf("snapshot %s is no longer in the store (garbage collected?): %w", id, node.ErrNotFound))
+		s.fail(w, r, fmt.Errorf("snapshot %s is no longer in the store (garbage collected?): %w", id, errdefs.ErrNotFound))
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))

@@ -26,6 +26,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
 )
@@ -189,7 +190,7 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 	}
 	for id := range vols {
 		if !used[id] {
-			if err := n.DeleteVolume(ctx, id); err != nil && !errors.Is(err, node.ErrNotFound) {
+			if err := n.DeleteVolume(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				return nil, fmt.Errorf("graph driver: %w", err)
 			}
 			d.log.Warn("graphdriver-orphan-volume-deleted", "volume", id)
@@ -384,7 +385,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 		d.log.Warn("layer-removed-while-mounted", "layer", id, "refs", l.refs)
 	}
 	if l.rec.Volume != "" {
-		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("remove layer %s: %w", id, err)
 		}
 	}
@@ -425,7 +426,7 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 		vid := volumeID(l.rec.ID)
 		_, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
 			Labels: map[string]string{labelKind: kindDocker, labelLayer: l.rec.ID}})
-		if errors.Is(err, node.ErrExists) {
+		if errors.Is(err, errdefs.ErrExists) {
 			// Left by a crash between creating it and recording it: it holds nothing
 			// the record does not.
 			if err = d.n.DeleteVolume(ctx, vid); err == nil {
@@ -504,13 +505,13 @@ func (d *Driver) unmountLocked(ctx context.Context, l *layer) error {
 		return nil
 	}
 	if !l.rec.RW || !l.rec.Dirty {
-		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 		}
 		l.rec.Volume = ""
 		return d.save(&l.rec)
 	}
-	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 	}
 	return nil
@@ -652,7 +653,7 @@ func isImageLayer(prefix []byte) bool {
 
 func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte, kind string) (int64, error) {
 	if _, err := d.n.Map(ctx, m.Snapshot); err != nil {
-		if errors.Is(err, node.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			where := "another store"
 			if m.Store != "" {
 				where = "store " + m.Store

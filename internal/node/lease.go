@@ -298,7 +298,7 @@ func (n *Node) checkBase(ctx context.Context, base *blockmap.Map, baseID digest.
 			}
 			if !ok {
 				return fmt.Errorf("chunk %s of the base snapshot %s is no longer in the store (collected while this node's lease had expired?): %w",
-					c.Digest, baseID, ErrNotFound)
+					c.Digest, baseID, errdefs.ErrNotFound)
 			}
 			return nil
 		})

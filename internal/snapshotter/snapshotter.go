@@ -132,13 +132,13 @@ func mapErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, node.ErrNotFound), errors.Is(err, slerrdefs.ErrNotFound):
+	case errors.Is(err, slerrdefs.ErrNotFound), errors.Is(err, slerrdefs.ErrNotFound):
 		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-	case errors.Is(err, node.ErrExists):
+	case errors.Is(err, slerrdefs.ErrExists):
 		return fmt.Errorf("%w: %w", errdefs.ErrAlreadyExists, err)
-	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed):
+	case errors.Is(err, slerrdefs.ErrInvalid), errors.Is(err, blockmap.ErrMalformed):
 		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-	case errors.Is(err, node.ErrBusy):
+	case errors.Is(err, slerrdefs.ErrBusy):
 		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
 	case errors.Is(err, slerrdefs.ErrUnavailable):
 		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
@@ -311,7 +311,7 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	// rather than let containerd unpack the placeholder layer.
 	m, err := s.n.Map(ctx, snap)
 	if err != nil {
-		if errors.Is(err, node.ErrNotFound) {
+		if errors.Is(err, slerrdefs.ErrNotFound) {
 			return fmt.Errorf("%w: the image names Slacker snapshot %s, which is not in this node's store: "+
 				"point slackerd at the store the image was pushed to (docs/containerd.md)", errdefs.ErrNotFound, snap)
 		}
@@ -515,7 +515,7 @@ func (s *Snapshotter) Remove(ctx context.Context, key string) error {
 
 // deleteVolume deletes a volume, leaving it to Cleanup if that fails.
 func (s *Snapshotter) deleteVolume(ctx context.Context, vid string) {
-	if err := s.n.DeleteVolume(ctx, vid); err != nil && !errors.Is(err, node.ErrNotFound) {
+	if err := s.n.DeleteVolume(ctx, vid); err != nil && !errors.Is(err, slerrdefs.ErrNotFound) {
 		s.log.Warn("snapshot-volume-delete-failed", "volume", vid, "err", err, "reason", "left for Cleanup")
 	}
 }
@@ -557,7 +557,7 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 		if k, ok := kinds[id]; ok && k != snapshots.KindCommitted {
 			continue
 		}
-		if err := s.n.DeleteVolume(ctx, v.ID); err != nil && !errors.Is(err, node.ErrNotFound) {
+		if err := s.n.DeleteVolume(ctx, v.ID); err != nil && !errors.Is(err, slerrdefs.ErrNotFound) {
 			errs = append(errs, fmt.Errorf("cleanup volume %s: %w", v.ID, mapErr(err)))
 			continue
 		}
