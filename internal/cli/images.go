@@ -12,6 +12,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/convert"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/registry"
@@ -197,8 +198,9 @@ downloaded once), with a message; --no-convert refuses it.`,
 	return cmd
 }
 
+// imageErr turns the name store's not-found (err is from e.names) into advice.
 func imageErr(err error, name string) error {
-	if errors.Is(err, names.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("no image %q on this node: convert it (slacker convert) or pull it (slacker pull REF)", name)
 	}
 	return err

@@ -17,6 +17,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/runc"
 )
@@ -35,9 +36,6 @@ const (
 	Running = "running"
 	Exited  = "exited"
 )
-
-// ErrNotFound: no container by that name or ID.
-var ErrNotFound = errors.New("no such container")
 
 // Record is a container's persistent record.
 type Record struct {
@@ -213,7 +211,7 @@ func (m *Manager) Get(nameOrID string) (*Record, error) {
 	if len(match) > 1 {
 		return nil, fmt.Errorf("container ID prefix %q is ambiguous", nameOrID)
 	}
-	return nil, fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
+	return nil, errdefs.Errorf(errdefs.ErrNotFound, "no such container: %s", nameOrID)
 }
 
 // List returns every container, oldest first, with statuses reconciled with runc

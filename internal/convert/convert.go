@@ -18,8 +18,8 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
-	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/units"
 )
 
@@ -183,7 +183,7 @@ func Convert(ctx context.Context, src *Source, o Options) (*image.Descriptor, *S
 // cached returns the snapshot recorded under key if the store still has it.
 func (o *Options) cached(ctx context.Context, key digest.Digest) (digest.Digest, error) {
 	snap, err := o.Chains.Chain(key)
-	if errors.Is(err, names.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
