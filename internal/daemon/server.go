@@ -129,7 +129,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 		kind, status = api.KindExists, http.StatusConflict
 	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, errdefs.ErrInvalid):
 		kind, status = api.KindInvalid, http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, gc.ErrBusy):
+	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, errdefs.ErrBusy):
 		kind, status = api.KindBusy, http.StatusConflict
 	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
 		kind, status = api.KindUnavailable, http.StatusServiceUnavailable

@@ -22,8 +22,8 @@ import (
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
-// ErrBusy: another collection holds the store.
-var ErrBusy = errors.New("another garbage collection is running on this store")
+// errCollecting: another collection holds the store (errdefs.ErrBusy).
+var errCollecting = errdefs.New(errdefs.ErrBusy, "another garbage collection is running on this store")
 
 // DefaultGrace is the grace period unless told otherwise.
 const DefaultGrace = time.Hour
@@ -431,7 +431,7 @@ func (c *collector) claim(ctx context.Context) error {
 	now := c.o.now()
 	if s.Active(now) {
 		return fmt.Errorf("%w (epoch %d, on %s pid %d, since %s; a collection that died is ignored after %v)",
-			ErrBusy, s.Epoch, s.Host, s.PID, s.Started.Format(time.RFC3339), StaleAfter)
+			errCollecting, s.Epoch, s.Host, s.PID, s.Started.Format(time.RFC3339), StaleAfter)
 	}
 	if s.Running {
 		c.log.Warn("gc-took-over", "epoch", s.Epoch, "host", s.Host, "pid", s.PID, "heartbeat", s.Heartbeat)
@@ -449,7 +449,7 @@ func (c *collector) claim(ctx context.Context) error {
 		return err
 	}
 	if got.Owner != c.owner {
-		return fmt.Errorf("%w (epoch %d, on %s pid %d, started at the same moment)", ErrBusy, got.Epoch, got.Host, got.PID)
+		return fmt.Errorf("%w (epoch %d, on %s pid %d, started at the same moment)", errCollecting, got.Epoch, got.Host, got.PID)
 	}
 	c.rep.Epoch = ns.Epoch
 	c.lastBeat = now
@@ -470,7 +470,7 @@ func (c *collector) heartbeat(ctx context.Context) {
 		s, err := ReadState(ctx, c.refs)
 		if err == nil && s.Owner != c.owner {
 			c.mu.Lock()
-			c.lost = fmt.Errorf("%w: the gc record was taken over (epoch %d, %s)", ErrBusy, s.Epoch, s.Host)
+			c.lost = fmt.Errorf("%w: the gc record was taken over (epoch %d, %s)", errCollecting, s.Epoch, s.Host)
 			c.mu.Unlock()
 			return
 		}
@@ -497,7 +497,7 @@ func (c *collector) holding() error {
 		return c.lost
 	}
 	if age := c.o.now().Sub(c.lastBeat); age > StaleAfter/2 {
-		return fmt.Errorf("%w: this collection could not refresh its record for %v; stopped before deleting more", ErrBusy, age.Round(time.Second))
+		return fmt.Errorf("%w: this collection could not refresh its record for %v; stopped before deleting more", errCollecting, age.Round(time.Second))
 	}
 	return nil
 }

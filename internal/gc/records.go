@@ -16,11 +16,11 @@ import (
 )
 
 // ErrMalformed is wrapped by every error decoding a record.
-var ErrMalformed = errors.New("malformed gc record")
+var ErrMalformed = errdefs.New(errdefs.ErrInvalid, "malformed gc record")
 
 // ErrNoRecords: the store keeps no records, so it cannot hold leases and cannot be
-// collected safely.
-var ErrNoRecords = errors.New("this store keeps no records (leases), so it cannot be garbage collected safely")
+// collected safely (errdefs.ErrUnsupported).
+var ErrNoRecords = errdefs.New(errdefs.ErrUnsupported, "this store keeps no records (leases), so it cannot be garbage collected safely")
 
 // Refs returns the store's records, or ErrNoRecords.
 func Refs(s store.Store) (store.Refs, error) {

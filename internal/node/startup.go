@@ -70,12 +70,12 @@ func (s *startup) lookup() {
 		s.replay(log, t, start)
 		return
 	}
-	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, trace.ErrInvalid) {
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, trace.ErrMalformed) {
 		// The store is away or refuses records: neither replay nor record.
 		log.Warn("startup-trace-lookup-failed", "err", err)
 		return
 	}
-	if errors.Is(err, trace.ErrInvalid) {
+	if errors.Is(err, trace.ErrMalformed) {
 		log.Warn("startup-trace-invalid", "err", err, "action", "recording a new one")
 	}
 	s.mu.Lock()
