@@ -148,9 +148,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
 	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
-		Logger:       log,
-		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
-		PageCache:    cfg.NoDirectIO,
+		Logger:    log,
+		PageCache: cfg.NoDirectIO,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
