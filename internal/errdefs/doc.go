@@ -1,8 +1,8 @@
 // Package errdefs is Slacker's one vocabulary of error kinds, in the manner of
 // containerd's errdefs: ErrNotFound, ErrExists, ErrInvalid, ErrBusy, ErrUnavailable,
 // ErrCorrupt, ErrUnsupported and ErrOutOfRange are defined here and nowhere else, and
-// KindOf is the one classifier every edge switches on (with context.Canceled and
-// context.DeadlineExceeded as kinds of their own).
+// KindOf is the one classifier every edge switches on (context.Canceled is a kind of
+// its own, Canceled; context.DeadlineExceeded is Unavailable).
 //
 // Packages return these kinds wrapped with context (fmt.Errorf("volume %s: %w", id,
 // errdefs.ErrNotFound)), or with a message of their own that still is the kind

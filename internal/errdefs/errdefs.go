@@ -19,7 +19,8 @@ var (
 	// another garbage collection running); the same call may succeed when it is not.
 	ErrBusy = errors.New("busy")
 	// ErrUnavailable: a store, registry or daemon that is away or answered with a
-	// transient failure: worth retrying later.
+	// transient failure: worth retrying later. KindOf counts a passed deadline
+	// (context.DeadlineExceeded) as this kind too.
 	ErrUnavailable = errors.New("unavailable")
 	// ErrCorrupt: data that does not match its digest (or its size). Corrupt data is
 	// never served as if it were valid; retrying does not mend it.
@@ -35,8 +36,7 @@ var (
 // Kind is the class of an error, as KindOf tells it.
 type Kind uint8
 
-// The kinds, one per sentinel, plus Internal (none of them) and the two ways a
-// context ends.
+// The kinds, one per sentinel, plus Internal (none of them) and Canceled.
 const (
 	// Internal is an error of no kind: a bug, a local I/O error, anything a caller
 	// cannot act on but report.
@@ -45,15 +45,16 @@ const (
 	Exists
 	Invalid
 	Busy
+	// Unavailable is ErrUnavailable, and a deadline that passed
+	// (context.DeadlineExceeded): inside Slacker every deadline bounds a wait for a
+	// store, a registry or the daemon, so one that passes says that it did not
+	// answer in time, worth retrying later.
 	Unavailable
 	Corrupt
 	Unsupported
 	OutOfRange
 	// Canceled: the caller gave up (context.Canceled), e.g. an interrupted request.
 	Canceled
-	// DeadlineExceeded: a deadline passed (context.DeadlineExceeded) and nothing
-	// more specific (ErrUnavailable) was said about why.
-	DeadlineExceeded
 )
 
 // Kinds returns every kind, Internal first.
@@ -70,37 +71,35 @@ var kinds = [...]struct {
 	name string
 	err  error
 }{
-	Internal:         {"internal", nil},
-	NotFound:         {"not_found", ErrNotFound},
-	Exists:           {"exists", ErrExists},
-	Invalid:          {"invalid", ErrInvalid},
-	Busy:             {"busy", ErrBusy},
-	Unavailable:      {"unavailable", ErrUnavailable},
-	Corrupt:          {"corrupt", ErrCorrupt},
-	Unsupported:      {"unsupported", ErrUnsupported},
-	OutOfRange:       {"out_of_range", ErrOutOfRange},
-	Canceled:         {"canceled", context.Canceled},
-	DeadlineExceeded: {"deadline_exceeded", context.DeadlineExceeded},
+	Internal:    {"internal", nil},
+	NotFound:    {"not_found", ErrNotFound},
+	Exists:      {"exists", ErrExists},
+	Invalid:     {"invalid", ErrInvalid},
+	Busy:        {"busy", ErrBusy},
+	Unavailable: {"unavailable", ErrUnavailable},
+	Corrupt:     {"corrupt", ErrCorrupt},
+	Unsupported: {"unsupported", ErrUnsupported},
+	OutOfRange:  {"out_of_range", ErrOutOfRange},
+	Canceled:    {"canceled", context.Canceled},
 }
 
 // precedence is the order in which KindOf tests an error that is of several kinds
 // (say, a busy unmount whose cause was a deadline): a caller that gave up first
 // (nobody reads the answer, and FUSE must say EINTR), corrupt data next (it must
-// never pass for a transient failure), the specific kinds, then unavailability, and
-// a bare deadline last (a deadline that a store's or registry's client turned into
-// ErrUnavailable is unavailability).
+// never pass for a transient failure), the specific kinds, and unavailability last.
 var precedence = [...]Kind{
-	Canceled, Corrupt, NotFound, Exists, Invalid, OutOfRange, Busy, Unsupported, Unavailable, DeadlineExceeded,
+	Canceled, Corrupt, NotFound, Exists, Invalid, OutOfRange, Busy, Unsupported, Unavailable,
 }
 
-// KindOf classifies err: the first kind in precedence order that err is (errors.Is),
+// KindOf classifies err: the first kind in precedence order that err is (errors.Is
+// its sentinel; context.Canceled is Canceled, context.DeadlineExceeded Unavailable),
 // Internal if none (or if err is nil).
 func KindOf(err error) Kind {
 	if err == nil {
 		return Internal
 	}
 	for _, k := range precedence {
-		if errors.Is(err, kinds[k].err) {
+		if errors.Is(err, kinds[k].err) || k == Unavailable && errors.Is(err, context.DeadlineExceeded) {
 			return k
 		}
 	}
@@ -109,7 +108,7 @@ func KindOf(err error) Kind {
 
 // String is the kind's name, as logs and the daemon's API (package api) spell it:
 // "not_found", "exists", "invalid", "busy", "unavailable", "corrupt", "unsupported",
-// "out_of_range", "canceled", "deadline_exceeded", "internal".
+// "out_of_range", "canceled", "internal".
 func (k Kind) String() string {
 	if int(k) < len(kinds) {
 		return kinds[k].name
@@ -128,8 +127,8 @@ func ParseKind(name string) (Kind, bool) {
 	return Internal, false
 }
 
-// Err returns the error that is the kind: its sentinel, context.Canceled or
-// context.DeadlineExceeded; nil for Internal. KindOf(k.Err()) == k.
+// Err returns the error that is the kind: its sentinel, or context.Canceled; nil for
+// Internal. KindOf(k.Err()) == k.
 func (k Kind) Err() error {
 	if int(k) < len(kinds) {
 		return kinds[k].err
@@ -142,8 +141,8 @@ func (k Kind) Err() error {
 //
 //	var ErrMalformed = errdefs.New(errdefs.ErrInvalid, "malformed block map")
 //
-// kind is one of this package's sentinels, context.Canceled or
-// context.DeadlineExceeded. The message does not repeat the kind's own words.
+// kind is one of this package's sentinels (or context.Canceled). The message does not
+// repeat the kind's own words.
 func New(kind error, msg string) error {
 	return &kindError{err: errors.New(msg), kind: kind}
 }

@@ -26,7 +26,8 @@ func TestKindOf(t *testing.T) {
 		{"unsupported", ErrUnsupported, Unsupported},
 		{"out of range", ErrOutOfRange, OutOfRange},
 		{"canceled", context.Canceled, Canceled},
-		{"deadline", context.DeadlineExceeded, DeadlineExceeded},
+		{"deadline", context.DeadlineExceeded, Unavailable},
+		{"deadline, wrapped", fmt.Errorf("put x: %w", context.DeadlineExceeded), Unavailable},
 		{"wrapped twice", fmt.Errorf("mount volume a: %w", fmt.Errorf("volume a: %w", ErrNotFound)), NotFound},
 		{"joined", errors.Join(errors.New("x"), ErrBusy), Busy},
 		{"own message", New(ErrInvalid, "malformed block map"), Invalid},
@@ -36,7 +37,8 @@ func TestKindOf(t *testing.T) {
 		{"cancel beats unavailable", fmt.Errorf("%w: %w", ErrUnavailable, context.Canceled), Canceled},
 		{"corrupt beats not found", fmt.Errorf("%w: %w", ErrNotFound, ErrCorrupt), Corrupt},
 		{"busy beats unavailable", fmt.Errorf("unmount: %w: %w", ErrBusy, ErrUnavailable), Busy},
-		{"unavailable beats deadline", fmt.Errorf("store %w: %w", ErrUnavailable, context.DeadlineExceeded), Unavailable},
+		{"cancel beats deadline", fmt.Errorf("%w: %w", context.DeadlineExceeded, context.Canceled), Canceled},
+		{"not found beats deadline", fmt.Errorf("%w: %w", context.DeadlineExceeded, ErrNotFound), NotFound},
 		{"errorf wrapping another kind", Errorf(ErrBusy, "layer in use: %w", context.DeadlineExceeded), Busy},
 	} {
 		if got := KindOf(tc.err); got != tc.want {
@@ -72,7 +74,7 @@ func TestNewAndErrorfKeepTheirMessage(t *testing.T) {
 func TestKindNames(t *testing.T) {
 	seen := map[string]bool{}
 	ks := Kinds()
-	if len(ks) != int(DeadlineExceeded)+1 || ks[0] != Internal {
+	if len(ks) != int(Canceled)+1 || ks[0] != Internal {
 		t.Fatalf("Kinds() = %v", ks)
 	}
 	for _, k := range ks {
