@@ -10,7 +10,6 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
-	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/convert"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
@@ -132,7 +131,7 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 		return nil, nil, err
 	}
 	if _, err := e.client.Snapshot(ctx, d.Snapshot); err != nil {
-		if errors.Is(err, api.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			return nil, nil, fmt.Errorf("%s names snapshot %s, which is not in this node's store (%s): the node that pushed it must share the store", ref, d.Snapshot, e.info.Store)
 		}
 		return nil, nil, err

@@ -165,7 +165,7 @@ func (m *Manager) Remove(ctx context.Context, nameOrID string, force bool) error
 	if err := m.rt.Delete(ctx, r.ID, true); err != nil {
 		return err
 	}
-	if err := m.node.DeleteVolume(ctx, r.ID); err != nil && !errors.Is(err, api.ErrNotFound) {
+	if err := m.node.DeleteVolume(ctx, r.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("remove container %s: %w", r.Name, err)
 	}
 	return os.RemoveAll(filepath.Join(m.dir, r.ID))

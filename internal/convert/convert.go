@@ -190,7 +190,7 @@ func (o *Options) cached(ctx context.Context, key digest.Digest) (digest.Digest,
 		return "", err
 	}
 	if _, err := o.Node.Snapshot(ctx, snap); err != nil {
-		if errors.Is(err, api.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			o.Logger.Warn("conversion-cache-stale", "key", key, "snapshot", snap)
 			o.Chains.ForgetChain(key)
 			return "", nil

@@ -119,25 +119,43 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// fail maps an error to its API kind and status: the one translation at this boundary.
+// statusClientClosed is the status of a request its client gave up on (nginx's 499;
+// the client is gone, so nobody reads it but the request log).
+const statusClientClosed = 499
+
+// statuses holds the HTTP status of each errdefs kind.
+var statuses = map[errdefs.Kind]int{
+	errdefs.Internal:    http.StatusInternalServerError,
+	errdefs.NotFound:    http.StatusNotFound,
+	errdefs.Exists:      http.StatusConflict,
+	errdefs.Invalid:     http.StatusBadRequest,
+	errdefs.Busy:        http.StatusConflict,
+	errdefs.Unavailable: http.StatusServiceUnavailable,
+	errdefs.Corrupt:     http.StatusInternalServerError,
+	errdefs.Unsupported: http.StatusNotImplemented,
+	errdefs.OutOfRange:  http.StatusBadRequest,
+	errdefs.Canceled:    statusClientClosed,
+}
+
+// ErrorAnswer is the daemon's one translation of an error (errdefs.KindOf): the HTTP
+// status, and the body that names the kind, which api.Client turns back into it.
+func ErrorAnswer(err error) (int, api.ErrorBody) {
+	k := errdefs.KindOf(err)
+	status, ok := statuses[k]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	return status, api.ErrorBody{Error: err.Error(), Kind: k.String()}
+}
+
+// fail answers err (ErrorAnswer), logging the ones that are the daemon's own failure
+// or corrupt data.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	kind, status := api.KindInternal, http.StatusInternalServerError
-	switch {
-	case errors.Is(err, errdefs.ErrNotFound), errors.Is(err, errdefs.ErrNotFound):
-		kind, status = api.KindNotFound, http.StatusNotFound
-	case errors.Is(err, errdefs.ErrExists):
-		kind, status = api.KindExists, http.StatusConflict
-	case errors.Is(err, errdefs.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, errdefs.ErrInvalid):
-		kind, status = api.KindInvalid, http.StatusBadRequest
-	case errors.Is(err, errdefs.ErrBusy), errors.Is(err, errdefs.ErrBusy):
-		kind, status = api.KindBusy, http.StatusConflict
-	case errors.Is(err, errdefs.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		kind, status = api.KindUnavailable, http.StatusServiceUnavailable
-	}
+	status, body := ErrorAnswer(err)
 	if status == http.StatusInternalServerError {
-		s.log.Error("api-error", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.Error("api-error", "method", r.Method, "path", r.URL.Path, "kind", body.Kind, "err", err)
 	}
-	writeJSON(w, status, api.ErrorBody{Error: err.Error(), Kind: kind})
+	writeJSON(w, status, body)
 }
 
 func decode(r *http.Request, v any) error {

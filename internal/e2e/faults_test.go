@@ -323,7 +323,7 @@ func TestSnapshotWithStoreGone(t *testing.T) {
 
 			fn.fs.Inject(tc.fault)
 			_, err := c.SnapshotVolume(ctx, "v", api.SnapshotRequest{})
-			if !errors.Is(err, api.ErrUnavailable) {
+			if !errors.Is(err, errdefs.ErrUnavailable) {
 				t.Fatalf("snapshot with the store gone: %v, want an unavailable error", err)
 			}
 			// Thawed: the guest writes and fsyncs.
