@@ -31,13 +31,8 @@ import (
 	"github.com/slacker-dev/slacker/internal/node"
 )
 
-// Sentinel errors of driver operations (each becomes the "Err" of a response).
-var (
-	ErrNotFound    = errors.New("no such layer")
-	ErrExists      = errors.New("layer already exists")
-	ErrBusy        = errors.New("layer in use")
-	ErrUnsupported = errors.New("not supported by the slacker graph driver")
-)
+// unsupported ends the message of an errdefs.ErrUnsupported error of the driver.
+const unsupported = "not supported by the slacker graph driver"
 
 // Options configure a Driver.
 type Options struct {
@@ -238,7 +233,7 @@ func (d *Driver) lookup(id string) (*layer, error) {
 	defer d.mu.Unlock()
 	l, ok := d.layers[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", id)
 	}
 	return l, nil
 }
@@ -246,10 +241,10 @@ func (d *Driver) lookup(id string) (*layer, error) {
 // Init checks what dockerd asks for: no storage options, no user-namespace remapping.
 func (d *Driver) Init(home string, opts []string, remapped bool) error {
 	if remapped {
-		return fmt.Errorf("user namespace remapping (userns-remap) is %w", ErrUnsupported)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "user namespace remapping (userns-remap) is %s", unsupported)
 	}
 	if len(opts) > 0 {
-		return fmt.Errorf("storage options %q are %w (configure slackerd instead)", opts, ErrUnsupported)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "storage options %q are %s (configure slackerd instead)", opts, unsupported)
 	}
 	if home != "" {
 		if err := os.MkdirAll(home, 0o700); err != nil {
@@ -292,13 +287,13 @@ func (d *Driver) base(ctx context.Context) (digest.Digest, error) {
 // rw marks a container layer (CreateReadWrite), which Get mounts read-write.
 func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storageOpt map[string]string) error {
 	if len(storageOpt) > 0 {
-		return fmt.Errorf("storage options %v are %w", storageOpt, ErrUnsupported)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "storage options %v are %s", storageOpt, unsupported)
 	}
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("layer ID %q: invalid", id)
+		return errdefs.Errorf(errdefs.ErrInvalid, "layer ID %q: invalid", id)
 	}
 	if d.Exists(id) {
-		return fmt.Errorf("%w: %s", ErrExists, id)
+		return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
 	}
 	var snap digest.Digest // a base layer's blank filesystem is made when first needed
 	if parent != "" {
@@ -314,7 +309,7 @@ func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storage
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.layers[id]; ok {
-		return fmt.Errorf("%w: %s", ErrExists, id)
+		return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
 	}
 	if err := d.save(&l.rec); err != nil {
 		return err
@@ -330,7 +325,7 @@ func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gone {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
 	}
 	if l.rec.Volume == "" || !l.rec.Dirty {
 		return d.resolveLocked(ctx, l)
@@ -417,7 +412,7 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gone {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
 	}
 	if l.rec.Volume == "" {
 		if _, err := d.resolveLocked(ctx, l); err != nil {
@@ -668,7 +663,7 @@ func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs > 0 {
-		return 0, fmt.Errorf("apply to layer %s: %w", l.rec.ID, ErrBusy)
+		return 0, errdefs.Errorf(errdefs.ErrBusy, "apply to layer %s: layer in use", l.rec.ID)
 	}
 	if l.rec.Volume != "" {
 		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
@@ -688,7 +683,7 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs > 0 {
-		return 0, fmt.Errorf("apply to layer %s: %w", l.rec.ID, ErrBusy)
+		return 0, errdefs.Errorf(errdefs.ErrBusy, "apply to layer %s: layer in use", l.rec.ID)
 	}
 	start := time.Now()
 	vid := l.rec.Volume
