@@ -653,7 +653,7 @@ func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte,
 			if m.Store != "" {
 				where = "store " + m.Store
 			}
-			return 0, fmt.Errorf("this Slacker layer names snapshot %s, which is not in this node's store (%s) "+
+			return 0, errdefs.Errorf(errdefs.ErrNotFound, "this Slacker layer names snapshot %s, which is not in this node's store (%s) "+
 				"but in %s: run this slackerd on that store (--store), or pull an image made where "+
 				"graphdriver.shared_store is off, whose layers are ordinary tars (docs/docker.md)",
 				m.Snapshot, d.o.Store, where)
