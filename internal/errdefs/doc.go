@@ -7,10 +7,9 @@
 // Packages return these kinds wrapped with context (fmt.Errorf("volume %s: %w", id,
 // errdefs.ErrNotFound)), or with a message of their own that still is the kind
 // (Errorf, New): "no such image x", "registry unreachable". A package keeps a sentinel
-// of its own only when it says more than a kind and a caller tests for it (a
-// malformed block map, an invalid start-up trace, an ordinary OCI image); such a
-// sentinel is made with New, so that errors.Is(err, errdefs.ErrInvalid) holds for it
-// too.
+// of its own only when it says more than a kind (a malformed block map, an invalid
+// start-up trace, an ordinary OCI image, an unreachable registry); such a sentinel is
+// made with New, so that errors.Is(err, errdefs.ErrInvalid) holds for it too.
 //
 // The edges translate KindOf once each: the daemon to its API's kind and HTTP status
 // (and package api's client back to the kind), the containerd snapshotter to
