@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // Client talks to slackerd. Safe for concurrent use.
@@ -70,7 +72,7 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		if json.Unmarshal(b, &e) != nil || e.Error == "" {
 			e.Error = fmt.Sprintf("%s: %s", resp.Status, bytes.TrimSpace(b))
 		}
-		return fmt.Errorf("%w: %s", kindErr(e.Kind), e.Error)
+		return errorOf(e)
 	}
 	if out == nil {
 		io.Copy(io.Discard, resp.Body)
@@ -82,21 +84,17 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 	return nil
 }
 
-func kindErr(kind string) error {
-	switch kind {
-	case KindNotFound:
-		return ErrNotFound
-	case KindExists:
-		return ErrExists
-	case KindInvalid:
-		return ErrInvalid
-	case KindBusy:
-		return ErrBusy
-	case KindUnavailable:
-		return ErrUnavailable
-	default:
-		return errors.New("slackerd")
+// errorOf turns a failed request's body back into the error the daemon answered: its
+// message, as its errdefs kind (errors.Is(err, errdefs.ErrNotFound), or
+// context.Canceled for "canceled"), so that KindOf on either side of the socket says
+// the same. An error of no kind (or one this client does not know)
+// says it came from slackerd.
+func errorOf(e ErrorBody) error {
+	k, ok := errdefs.ParseKind(e.Kind)
+	if !ok || k == errdefs.Internal {
+		return fmt.Errorf("slackerd: %s", e.Error)
 	}
+	return errdefs.New(k.Err(), e.Error)
 }
 
 func (c *Client) Info(ctx context.Context) (Info, error) {

@@ -2,7 +2,9 @@
 // slackerd: JSON over HTTP on a unix socket. It holds the request and response types
 // and a Client; the server side lives in package daemon.
 //
-// Errors travel as {"error": "...", "kind": "not_found"|"exists"|"invalid"|"busy"|
-// "unavailable"|"internal"} with a matching HTTP status, and the Client maps them back
-// to the sentinels below, so a caller writes errors.Is(err, api.ErrNotFound).
+// Errors travel as {"error": "...", "kind": "not_found"|"exists"|...|"internal"}, the
+// kind being the error's errdefs kind by name, with a matching HTTP status (package
+// daemon; docs/operating.md has the table). The Client turns them back into the
+// kind, with the daemon's message, so a caller writes errors.Is(err,
+// errdefs.ErrNotFound) whichever side of the socket the error came from.
 package api

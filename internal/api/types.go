@@ -1,36 +1,22 @@
 package api
 
 import (
-	"errors"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // DefaultSocket is where slackerd listens unless told otherwise.
 const DefaultSocket = "/run/slacker/slackerd.sock"
 
-// Sentinel errors a Client returns (wrapped with the server's message).
-var (
-	ErrNotFound    = errors.New("not found")
-	ErrExists      = errors.New("already exists")
-	ErrInvalid     = errors.New("invalid request")
-	ErrBusy        = errors.New("busy")
-	ErrUnavailable = errors.New("store unavailable")
-	ErrDaemon      = errors.New("slackerd is not running")
-)
+// ErrDaemon: no slackerd answers on the socket (errdefs.ErrUnavailable).
+var ErrDaemon = errdefs.New(errdefs.ErrUnavailable, "slackerd is not running")
 
-// Error kinds on the wire.
-const (
-	KindNotFound    = "not_found"
-	KindExists      = "exists"
-	KindInvalid     = "invalid"
-	KindBusy        = "busy"
-	KindUnavailable = "unavailable"
-	KindInternal    = "internal"
-)
-
-// ErrorBody is the body of every failed request.
+// ErrorBody is the body of every failed request. Kind is the error's errdefs kind by
+// name (errdefs.Kind.String: "not_found", "exists", "invalid", "busy",
+// "unavailable", "corrupt", "unsupported", "out_of_range", "canceled", "internal").
 type ErrorBody struct {
 	Error string `json:"error"`
 	Kind  string `json:"kind"`

@@ -9,6 +9,8 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/klauspost/compress/zstd"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // MaxZstdWindow is the largest zstd window Decompress accepts (128 MiB, what
@@ -32,7 +34,7 @@ func isBzip2(h []byte) bool {
 // Decompress sniffs the first bytes of a layer blob and returns the uncompressed tar
 // stream: gzip (multi-member streams included), zstd (multi-frame, window at most
 // MaxZstdWindow, one decoding goroutine) or plain tar, passed through. xz and bzip2,
-// which the OCI image spec does not allow, fail with ErrUnsupported.
+// which the OCI image spec does not allow, fail with errdefs.ErrUnsupported.
 //
 // Memory stays bounded whatever the input (a few hundred KiB for gzip, about the
 // window for zstd); how many bytes come out is not bounded here: limit that with
@@ -62,9 +64,9 @@ func Decompress(r io.Reader) (io.ReadCloser, error) {
 		}
 		return zstdReader{zr}, nil
 	case bytes.HasPrefix(head, magicXz):
-		return nil, fmt.Errorf("%w: xz", ErrUnsupported)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "unsupported layer compression: xz")
 	case isBzip2(head):
-		return nil, fmt.Errorf("%w: bzip2", ErrUnsupported)
+		return nil, errdefs.Errorf(errdefs.ErrUnsupported, "unsupported layer compression: bzip2")
 	default:
 		return io.NopCloser(br), nil
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 func TestDecompress(t *testing.T) {
@@ -25,8 +26,8 @@ func TestDecompress(t *testing.T) {
 		{name: "zstd frames", in: append(compress(t, "zstd", tarball[:1000]), compress(t, "zstd", tarball[1000:])...), want: tarball},
 		{name: "empty", in: nil, want: nil},
 		{name: "short", in: []byte("ab"), want: []byte("ab")},
-		{name: "xz", in: []byte("\xfd7zXZ\x00\x00\x04\xe6\xd6\xb4\x46"), wantErr: archive.ErrUnsupported},
-		{name: "bzip2", in: []byte("BZh91AY&SY\x00\x00"), wantErr: archive.ErrUnsupported},
+		{name: "xz", in: []byte("\xfd7zXZ\x00\x00\x04\xe6\xd6\xb4\x46"), wantErr: errdefs.ErrUnsupported},
+		{name: "bzip2", in: []byte("BZh91AY&SY\x00\x00"), wantErr: errdefs.ErrUnsupported},
 		{name: "tar whose first name looks like bzip2", in: layer(t, file("BZh91", "x")), want: layer(t, file("BZh91", "x"))},
 	}
 	for _, tc := range tests {

@@ -1,23 +1,22 @@
 package archive
 
 import (
-	"errors"
 	"fmt"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 var (
 	// ErrUnsafe marks a layer refused as hostile or malformed input: a path that is
 	// absolute or climbs above root, a symlink target that climbs above root, a bad
 	// hardlink, a device node that is not allowed, an unknown entry type, a corrupt
-	// header. Errors from the filesystem (EIO, ENOSPC) never wrap it.
-	ErrUnsafe = errors.New("unsafe layer")
+	// header. Errors from the filesystem (EIO, ENOSPC) never wrap it. It is
+	// errdefs.ErrInvalid.
+	ErrUnsafe = errdefs.New(errdefs.ErrInvalid, "unsafe layer")
 
 	// ErrLimit marks a layer that exceeds one of the Options limits or a fixed bound
 	// (a PAX header over 1 MiB). It wraps ErrUnsafe.
 	ErrLimit = fmt.Errorf("%w: limit exceeded", ErrUnsafe)
-
-	// ErrUnsupported marks a layer compression that Decompress does not handle.
-	ErrUnsupported = errors.New("unsupported layer compression")
 )
 
 // EntryError reports a failure tied to one tar entry of a layer.

@@ -1,11 +1,12 @@
 package blockmap
 
 import (
-	"errors"
 	"fmt"
 	"sort"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // BlockSize is the unit of every offset and length in a map, in bytes.
@@ -14,8 +15,8 @@ const BlockSize = 4096
 // MaxSize bounds a map's virtual size (1 PiB), so a decoder never trusts a huge value.
 const MaxSize = 1 << 50
 
-// ErrMalformed is wrapped by every Decode and validation error.
-var ErrMalformed = errors.New("malformed block map")
+// ErrMalformed is wrapped by every Decode and validation error (errdefs.ErrInvalid).
+var ErrMalformed = errdefs.New(errdefs.ErrInvalid, "malformed block map")
 
 // Chunk is a content-addressed object holding Size bytes.
 type Chunk struct {

@@ -11,7 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
-	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // batchSource is a countingSource that can also fetch many chunks at once, each
@@ -35,7 +35,7 @@ func (s *batchSource) FetchMany(ctx context.Context, cs []blockmap.Chunk, fn fun
 		b, ok := s.chunks[c.Digest]
 		s.mu.Unlock()
 		if !ok || s.fail[c.Digest] {
-			fn(c, nil, store.ErrUnavailable)
+			fn(c, nil, errdefs.ErrUnavailable)
 			continue
 		}
 		fn(c, append([]byte(nil), b...), nil)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -220,7 +221,7 @@ func (o Origin) String() string {
 // chunk came from.
 func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off int64) (Origin, error) {
 	if off < 0 || off+int64(len(p)) > ch.Size {
-		return 0, fmt.Errorf("read [%d, +%d) of chunk %s of %d bytes: %w", off, len(p), ch.Digest, ch.Size, store.ErrInvalid)
+		return 0, fmt.Errorf("read [%d, +%d) of chunk %s of %d bytes: %w", off, len(p), ch.Digest, ch.Size, errdefs.ErrInvalid)
 	}
 	data, o, err := c.Get(ctx, ch)
 	if err != nil {
@@ -311,7 +312,7 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 // fetchedChunk takes in a chunk its Source delivered.
 func (c *Cache) fetchedChunk(ch blockmap.Chunk, data []byte, leader uint64) (*result, error) {
 	if int64(len(data)) != ch.Size {
-		return nil, fmt.Errorf("chunk %s from the store has %d bytes, want %d: %w", ch.Digest, len(data), ch.Size, store.ErrCorrupt)
+		return nil, fmt.Errorf("chunk %s from the store has %d bytes, want %d: object %w", ch.Digest, len(data), ch.Size, errdefs.ErrCorrupt)
 	}
 	c.misses.Add(1)
 	c.fetched.Add(int64(len(data)))
@@ -441,7 +442,7 @@ func (c *Cache) loadBatch(ctx context.Context, bs BatchSource, todo []blockmap.C
 // Put adds a chunk the caller already holds (e.g. one it just uploaded), verified.
 func (c *Cache) Put(ch blockmap.Chunk, data []byte) error {
 	if int64(len(data)) != ch.Size {
-		return fmt.Errorf("cache put %s: %d bytes, want %d: %w", ch.Digest, len(data), ch.Size, store.ErrCorrupt)
+		return fmt.Errorf("cache put %s: %d bytes, want %d: object %w", ch.Digest, len(data), ch.Size, errdefs.ErrCorrupt)
 	}
 	if err := store.Verify(ch.Digest, data); err != nil {
 		return fmt.Errorf("cache put: %w", err)

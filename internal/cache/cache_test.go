@@ -14,7 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
-	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // countingSource serves chunks from memory and counts fetches.
@@ -34,7 +34,7 @@ func (s *countingSource) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, e
 	defer s.mu.Unlock()
 	b, ok := s.chunks[c.Digest]
 	if !ok {
-		return nil, store.ErrNotFound
+		return nil, errdefs.ErrNotFound
 	}
 	return append([]byte(nil), b...), nil
 }
@@ -156,7 +156,7 @@ func TestMissingChunkError(t *testing.T) {
 	src := newSource()
 	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 20}, src)
 	_, err := c.ReadChunk(context.Background(), blockmap.Chunk{Digest: digest.FromString("x"), Size: 4096}, make([]byte, 1), 0)
-	if !errors.Is(err, store.ErrNotFound) {
+	if !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -12,7 +12,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/containers"
-	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/runc"
 	"github.com/slacker-dev/slacker/internal/units"
@@ -39,12 +39,13 @@ not on this node but names a registry is pulled first.`,
 				return &exitError{125, err}
 			}
 			en, err := e.names.Get(args[0])
-			if errors.Is(err, names.ErrNotFound) && looksRemote(args[0]) {
+			if errors.Is(err, errdefs.ErrNotFound) && looksRemote(args[0]) {
 				fmt.Fprintf(e.stderr, "image %s is not on this node; pulling it\n", args[0])
-				var d *image.Descriptor
-				if d, _, err = e.pullImage(ctx, args[0], false); err == nil {
-					en = &names.Entry{Name: args[0], Descriptor: d}
+				d, _, perr := e.pullImage(ctx, args[0], false)
+				if perr != nil {
+					return &exitError{125, perr}
 				}
+				en, err = &names.Entry{Name: args[0], Descriptor: d}, nil
 			}
 			if err != nil {
 				return &exitError{125, imageErr(err, args[0])}

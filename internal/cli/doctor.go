@@ -19,7 +19,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/config"
-	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
 )
 
@@ -312,7 +312,7 @@ func storeCheck(ctx context.Context, location string) check {
 		return c
 	}
 	_, err = st.Stat(ctx, digest.FromString("slacker doctor"))
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		c.Detail, c.Fix = fmt.Sprintf("%s: %v", desc, err), "check the store's address and credentials, and that it is up"
 		return c
 	}

@@ -10,8 +10,8 @@ import (
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
 
-	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/convert"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/registry"
@@ -131,8 +131,9 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 		return nil, nil, err
 	}
 	if _, err := e.client.Snapshot(ctx, d.Snapshot); err != nil {
-		if errors.Is(err, api.ErrNotFound) {
-			return nil, nil, fmt.Errorf("%s names snapshot %s, which is not in this node's store (%s): the node that pushed it must share the store", ref, d.Snapshot, e.info.Store)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "%s names snapshot %s, which is not in this node's store (%s): the node that pushed it must share the store",
+				ref, d.Snapshot, e.info.Store)
 		}
 		return nil, nil, err
 	}
@@ -197,8 +198,9 @@ downloaded once), with a message; --no-convert refuses it.`,
 	return cmd
 }
 
+// imageErr turns the name store's not-found (err is from e.names) into advice.
 func imageErr(err error, name string) error {
-	if errors.Is(err, names.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("no image %q on this node: convert it (slacker convert) or pull it (slacker pull REF)", name)
 	}
 	return err

@@ -59,19 +59,30 @@ func Execute() int {
 	cmd := newRoot(e)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
-	err := cmd.ExecuteContext(ctx)
+	code, line := Exit(cmd.ExecuteContext(ctx))
+	if line != "" {
+		fmt.Fprintln(e.stderr, line)
+	}
+	return code
+}
+
+// Exit is the CLI's one translation of a command's error: the exit code and the line
+// for stderr ("" for none). An exitError carries its own code (run: 125 for its own
+// failures, the container's code otherwise); every other error exits 1 whatever its
+// errdefs kind, as container tools do, and its message says the rest: the message
+// names the kind in its own words ("no such container", "registry unreachable").
+func Exit(err error) (int, string) {
 	if err == nil {
-		return 0
+		return 0, ""
 	}
 	var ee *exitError
 	if errors.As(err, &ee) {
-		if ee.err != nil {
-			fmt.Fprintln(e.stderr, "slacker:", ee.err)
+		if ee.err == nil {
+			return ee.code, ""
 		}
-		return ee.code
+		return ee.code, "slacker: " + ee.err.Error()
 	}
-	fmt.Fprintln(e.stderr, "slacker:", err)
-	return 1
+	return 1, "slacker: " + err.Error()
 }
 
 func newRoot(e *env) *cobra.Command {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/runc"
@@ -37,9 +38,6 @@ const (
 	Running = "running"
 	Exited  = "exited"
 )
-
-// ErrNotFound: no container by that name or ID.
-var ErrNotFound = errors.New("no such container")
 
 // Record is a container's persistent record.
 type Record struct {
@@ -169,7 +167,7 @@ func (m *Manager) Remove(ctx context.Context, nameOrID string, force bool) error
 	if err := m.rt.Delete(ctx, r.ID, true); err != nil {
 		return err
 	}
-	if err := m.node.DeleteVolume(ctx, r.ID); err != nil && !errors.Is(err, api.ErrNotFound) {
+	if err := m.node.DeleteVolume(ctx, r.ID); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("remove container %s: %w", r.Name, err)
 	}
 	return os.RemoveAll(filepath.Join(m.dir, r.ID))
@@ -215,7 +213,7 @@ func (m *Manager) Get(nameOrID string) (*Record, error) {
 	if len(match) > 1 {
 		return nil, fmt.Errorf("container ID prefix %q is ambiguous", nameOrID)
 	}
-	return nil, fmt.Errorf("%w: %s", ErrNotFound, nameOrID)
+	return nil, errdefs.Errorf(errdefs.ErrNotFound, "no such container: %s", nameOrID)
 }
 
 // List returns every container, oldest first, with statuses reconciled with runc

@@ -18,9 +18,9 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
-	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/units"
 )
 
@@ -184,14 +184,14 @@ func Convert(ctx context.Context, src *Source, o Options) (*image.Descriptor, *S
 // cached returns the snapshot recorded under key if the store still has it.
 func (o *Options) cached(ctx context.Context, key digest.Digest) (digest.Digest, error) {
 	snap, err := o.Chains.Chain(key)
-	if errors.Is(err, names.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return "", nil
 	}
 	if err != nil {
 		return "", err
 	}
 	if _, err := o.Node.Snapshot(ctx, snap); err != nil {
-		if errors.Is(err, api.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			o.Logger.Warn("conversion-cache-stale", "key", key, "snapshot", snap)
 			o.Chains.ForgetChain(key)
 			return "", nil

@@ -12,7 +12,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/convert"
-	"github.com/slacker-dev/slacker/internal/names"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 var errRefused = errors.New("node refuses in the fuzz test")
@@ -38,7 +38,7 @@ func (refusingNode) DeleteVolume(context.Context, string) error { return errRefu
 
 type noChains struct{}
 
-func (noChains) Chain(digest.Digest) (digest.Digest, error)  { return "", names.ErrNotFound }
+func (noChains) Chain(digest.Digest) (digest.Digest, error)  { return "", errdefs.ErrNotFound }
 func (noChains) PutChain(digest.Digest, digest.Digest) error { return errRefused }
 func (noChains) ForgetChain(digest.Digest) error             { return nil }
 

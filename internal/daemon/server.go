@@ -17,9 +17,9 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/node"
-	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
 )
 
@@ -119,25 +119,43 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// fail maps an error to its API kind and status: the one translation at this boundary.
+// statusClientClosed is the status of a request its client gave up on (nginx's 499;
+// the client is gone, so nobody reads it but the request log).
+const statusClientClosed = 499
+
+// statuses holds the HTTP status of each errdefs kind.
+var statuses = map[errdefs.Kind]int{
+	errdefs.Internal:    http.StatusInternalServerError,
+	errdefs.NotFound:    http.StatusNotFound,
+	errdefs.Exists:      http.StatusConflict,
+	errdefs.Invalid:     http.StatusBadRequest,
+	errdefs.Busy:        http.StatusConflict,
+	errdefs.Unavailable: http.StatusServiceUnavailable,
+	errdefs.Corrupt:     http.StatusInternalServerError,
+	errdefs.Unsupported: http.StatusNotImplemented,
+	errdefs.OutOfRange:  http.StatusBadRequest,
+	errdefs.Canceled:    statusClientClosed,
+}
+
+// ErrorAnswer is the daemon's one translation of an error (errdefs.KindOf): the HTTP
+// status, and the body that names the kind, which api.Client turns back into it.
+func ErrorAnswer(err error) (int, api.ErrorBody) {
+	k := errdefs.KindOf(err)
+	status, ok := statuses[k]
+	if !ok {
+		status = http.StatusInternalServerError
+	}
+	return status, api.ErrorBody{Error: err.Error(), Kind: k.String()}
+}
+
+// fail answers err (ErrorAnswer), logging the ones that are the daemon's own failure
+// or corrupt data.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	kind, status := api.KindInternal, http.StatusInternalServerError
-	switch {
-	case errors.Is(err, node.ErrNotFound), errors.Is(err, store.ErrNotFound):
-		kind, status = api.KindNotFound, http.StatusNotFound
-	case errors.Is(err, node.ErrExists):
-		kind, status = api.KindExists, http.StatusConflict
-	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed), errors.Is(err, store.ErrInvalid):
-		kind, status = api.KindInvalid, http.StatusBadRequest
-	case errors.Is(err, node.ErrBusy), errors.Is(err, gc.ErrBusy):
-		kind, status = api.KindBusy, http.StatusConflict
-	case errors.Is(err, store.ErrUnavailable), errors.Is(err, context.DeadlineExceeded):
-		kind, status = api.KindUnavailable, http.StatusServiceUnavailable
-	}
+	status, body := ErrorAnswer(err)
 	if status == http.StatusInternalServerError {
-		s.log.Error("api-error", "method", r.Method, "path", r.URL.Path, "err", err)
+		s.log.Error("api-error", "method", r.Method, "path", r.URL.Path, "kind", body.Kind, "err", err)
 	}
-	writeJSON(w, status, api.ErrorBody{Error: err.Error(), Kind: kind})
+	writeJSON(w, status, body)
 }
 
 func decode(r *http.Request, v any) error {
@@ -147,7 +165,7 @@ func decode(r *http.Request, v any) error {
 	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 1<<20))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: request body: %v", node.ErrInvalid, err)
+		return fmt.Errorf("%w: request body: %v", errdefs.ErrInvalid, err)
 	}
 	return nil
 }
@@ -296,7 +314,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	} else if !ok {
-		s.fail(w, r, fmt.Errorf("snapshot %s is no longer in the store (garbage collected?): %w", id, node.ErrNotFound))
+		s.fail(w, r, fmt.Errorf("snapshot %s is no longer in the store (garbage collected?): %w", id, errdefs.ErrNotFound))
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))

@@ -18,6 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -263,7 +264,7 @@ func TestStoreGoneMidRun(t *testing.T) {
 		name  string
 		fault faultstore.Fault
 	}{
-		{"refused", faultstore.Fault{Err: store.ErrUnavailable}},
+		{"refused", faultstore.Fault{Err: errdefs.ErrUnavailable}},
 		{"hung", faultstore.Fault{Hang: true}},
 		{"cut transfers", faultstore.Fault{Cut: true}},
 		{"damaged bytes", faultstore.Fault{Corrupt: true}},
@@ -308,7 +309,7 @@ func TestSnapshotWithStoreGone(t *testing.T) {
 		name  string
 		fault faultstore.Fault
 	}{
-		{"refused", faultstore.Fault{Ops: faultstore.OpPut | faultstore.OpStat, Err: store.ErrUnavailable}},
+		{"refused", faultstore.Fault{Ops: faultstore.OpPut | faultstore.OpStat, Err: errdefs.ErrUnavailable}},
 		{"hung", faultstore.Fault{Ops: faultstore.OpPut | faultstore.OpStat, Hang: true}},
 		{"cut uploads", faultstore.Fault{Ops: faultstore.OpPut, Cut: true}},
 	}
@@ -322,7 +323,7 @@ func TestSnapshotWithStoreGone(t *testing.T) {
 
 			fn.fs.Inject(tc.fault)
 			_, err := c.SnapshotVolume(ctx, "v", api.SnapshotRequest{})
-			if !errors.Is(err, api.ErrUnavailable) {
+			if !errors.Is(err, errdefs.ErrUnavailable) {
 				t.Fatalf("snapshot with the store gone: %v, want an unavailable error", err)
 			}
 			// Thawed: the guest writes and fsyncs.

@@ -21,6 +21,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
@@ -93,7 +94,7 @@ func TestGCAndCheck(t *testing.T) {
 	// The node wrote the junk image's map and keeps it, but the store no longer
 	// has it: the snapshot is not found (a conversion cache pointing at it is
 	// then stale, not reused).
-	if _, err := api.NewClient(p.Socket).Snapshot(context.Background(), junkSnap); !errors.Is(err, api.ErrNotFound) {
+	if _, err := api.NewClient(p.Socket).Snapshot(context.Background(), junkSnap); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("snapshot %s of the collected image: %v, want not found", junkSnap, err)
 	}
 	if out := cli(t, p, 0, "gc", "--grace", "0"); gcDeleted(t, out) != 0 {

@@ -8,6 +8,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -71,7 +72,7 @@ func (f *Fetcher) batch(ctx context.Context, bg store.BatchGetter, ds []digest.D
 		}
 		if c.Size >= 0 && int64(len(data)) != c.Size {
 			f.log.Warn("chunk-fetch-retry", "chunk", d, "attempt", 1,
-				"err", fmt.Errorf("chunk %s has %d bytes, the map says %d: %w", d, len(data), c.Size, store.ErrCorrupt))
+				"err", fmt.Errorf("chunk %s has %d bytes, the map says %d: object %w", d, len(data), c.Size, errdefs.ErrCorrupt))
 			return
 		}
 		done[d] = true

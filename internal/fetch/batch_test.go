@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 )
@@ -31,7 +32,7 @@ func (b *batcher) GetBatch(ctx context.Context, ds []digest.Digest, fn func(dige
 	b.batches.Add(1)
 	for _, d := range ds {
 		if b.drop[d] {
-			fn(d, nil, store.ErrUnavailable)
+			fn(d, nil, errdefs.ErrUnavailable)
 			continue
 		}
 		data, err := store.ReadAll(ctx, b.Store, d)
@@ -90,7 +91,7 @@ func TestFetchMany(t *testing.T) {
 				defer mu.Unlock()
 				calls++
 				if c.Digest == absent.Digest {
-					if !errors.Is(err, store.ErrNotFound) {
+					if !errors.Is(err, errdefs.ErrNotFound) {
 						t.Errorf("absent chunk: %v", err)
 					}
 					return

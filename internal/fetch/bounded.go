@@ -9,13 +9,14 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // Bounded returns the fetcher's store with the fetcher's bounds on every call that
 // writes or checks an object (Put, Stat): a deadline per attempt, retries of
 // transient failures with backoff, and a bound on the total wait, after which the
-// call fails with an error wrapping store.ErrUnavailable. A snapshot uploads
+// call fails with an error wrapping errdefs.ErrUnavailable. A snapshot uploads
 // through it, so that a store that hangs cannot hold a frozen filesystem forever.
 // Put is retried only when its reader can seek back to the start. Other calls go
 // to the store as they are.
@@ -28,8 +29,8 @@ type bounded struct {
 
 // retryable reports errors worth another attempt.
 func retryable(err error) bool {
-	return !errors.Is(err, store.ErrNotFound) && !errors.Is(err, store.ErrInvalid) &&
-		!errors.Is(err, store.ErrCorrupt) && !errors.Is(err, context.Canceled)
+	return !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrInvalid) &&
+		!errors.Is(err, errdefs.ErrCorrupt) && !errors.Is(err, context.Canceled)
 }
 
 // do runs call with an attempt deadline, retrying until MaxWait.
@@ -56,8 +57,8 @@ func (b bounded) do(ctx context.Context, what string, d digest.Digest, call func
 			if errors.Is(context.Cause(ctx), context.Canceled) {
 				return err
 			}
-			return fmt.Errorf("%s %s: gave up after %d attempts in %v: %w (last error: %v)",
-				what, d, attempt, time.Since(start).Round(time.Millisecond), store.ErrUnavailable, err)
+			return fmt.Errorf("%s %s: gave up after %d attempts in %v: store %w (last error: %v)",
+				what, d, attempt, time.Since(start).Round(time.Millisecond), errdefs.ErrUnavailable, err)
 		}
 		b.f.log.Warn("store-call-retry", "op", what, "object", d, "attempt", attempt, "err", err)
 		select {
@@ -89,7 +90,7 @@ func (b bounded) Put(ctx context.Context, d digest.Digest, size int64, r io.Read
 	return b.do(ctx, "put", d, func(ctx context.Context) error {
 		if !first {
 			if _, err := seeker.Seek(0, io.SeekStart); err != nil {
-				return fmt.Errorf("put %s: rewind: %w: %v", d, store.ErrInvalid, err)
+				return fmt.Errorf("put %s: rewind: %w: %v", d, errdefs.ErrInvalid, err)
 			}
 		}
 		first = false

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/faultstore"
 	"github.com/slacker-dev/slacker/internal/store/local"
@@ -26,13 +27,13 @@ func TestBoundedCalls(t *testing.T) {
 		attempts int64 // Put calls that reached the store
 	}{
 		{name: "no fault", want: nil, attempts: 1},
-		{name: "two transient failures", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: store.ErrUnavailable, Times: 2}, attempts: 3},
+		{name: "two transient failures", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrUnavailable, Times: 2}, attempts: 3},
 		{name: "cut twice, then through", fault: faultstore.Fault{Ops: faultstore.OpPut, Cut: true, Times: 2}, attempts: 3},
-		{name: "store gone", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: store.ErrUnavailable}, want: store.ErrUnavailable},
-		{name: "store hangs", fault: faultstore.Fault{Ops: faultstore.OpPut, Hang: true}, want: store.ErrUnavailable},
-		{name: "content refused is final", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: store.ErrCorrupt}, want: store.ErrCorrupt, attempts: 1},
-		{name: "one-pass reader gets one attempt", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: store.ErrUnavailable, Times: 1},
-			reader: func() io.Reader { return io.MultiReader(bytes.NewReader(data)) }, want: store.ErrUnavailable, attempts: 1},
+		{name: "store gone", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrUnavailable}, want: errdefs.ErrUnavailable},
+		{name: "store hangs", fault: faultstore.Fault{Ops: faultstore.OpPut, Hang: true}, want: errdefs.ErrUnavailable},
+		{name: "content refused is final", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrCorrupt}, want: errdefs.ErrCorrupt, attempts: 1},
+		{name: "one-pass reader gets one attempt", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrUnavailable, Times: 1},
+			reader: func() io.Reader { return io.MultiReader(bytes.NewReader(data)) }, want: errdefs.ErrUnavailable, attempts: 1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -73,7 +74,7 @@ func TestBoundedStatWaitsOutAnOutage(t *testing.T) {
 	}
 	d, _ := store.PutBytes(context.Background(), inner, []byte("x"))
 	fs := faultstore.New(inner)
-	remove := fs.Inject(faultstore.Fault{Ops: faultstore.OpStat, Err: store.ErrUnavailable})
+	remove := fs.Inject(faultstore.Fault{Ops: faultstore.OpStat, Err: errdefs.ErrUnavailable})
 	f := New(fs, Options{Attempt: 50 * time.Millisecond, MaxWait: time.Minute, Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond})
 	go func() {
 		for fs.Calls(faultstore.OpStat) < 5 {
@@ -84,7 +85,7 @@ func TestBoundedStatWaitsOutAnOutage(t *testing.T) {
 	if _, err := f.Bounded().Stat(context.Background(), d); err != nil {
 		t.Fatalf("stat across an outage: %v", err)
 	}
-	if _, err := f.Bounded().Stat(context.Background(), digest.FromString("absent")); !errors.Is(err, store.ErrNotFound) {
+	if _, err := f.Bounded().Stat(context.Background(), digest.FromString("absent")); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("stat of a missing object: %v", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -76,7 +77,7 @@ func (f *Fetcher) Stats() Stats {
 
 // permanent reports errors that retrying cannot fix.
 func permanent(err error) bool {
-	return errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrInvalid)
+	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalid)
 }
 
 // Fetch returns the whole chunk c, verified against its digest and size. It retries
@@ -108,8 +109,8 @@ func (f *Fetcher) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 			f.log.Error("chunk-fetch-failed", "chunk", c.Digest, "size", c.Size, "attempts", attempt,
 				"waited", time.Since(start), "err", err)
 			if ctx.Err() != nil && !permanent(err) {
-				return nil, fmt.Errorf("fetch chunk %s: gave up after %d attempts in %v: %w (last error: %v)",
-					c.Digest, attempt, time.Since(start).Round(time.Millisecond), store.ErrUnavailable, err)
+				return nil, fmt.Errorf("fetch chunk %s: gave up after %d attempts in %v: store %w (last error: %v)",
+					c.Digest, attempt, time.Since(start).Round(time.Millisecond), errdefs.ErrUnavailable, err)
 			}
 			return nil, fmt.Errorf("fetch chunk %s: %w", c.Digest, err)
 		}
@@ -137,7 +138,7 @@ func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error)
 		return nil, err
 	}
 	if c.Size >= 0 && int64(len(data)) != c.Size {
-		return nil, fmt.Errorf("chunk %s has %d bytes, the map says %d: %w", c.Digest, len(data), c.Size, store.ErrCorrupt)
+		return nil, fmt.Errorf("chunk %s has %d bytes, the map says %d: object %w", c.Digest, len(data), c.Size, errdefs.ErrCorrupt)
 	}
 	return data, nil
 }

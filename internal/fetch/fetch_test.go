@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 )
@@ -30,7 +31,7 @@ func (f *flaky) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 		if f.corrupt {
 			return io.NopCloser(store.VerifyingReader(bytes.NewReader([]byte("garbage")), d, -1)), nil
 		}
-		return nil, store.ErrUnavailable
+		return nil, errdefs.ErrUnavailable
 	}
 	return f.Store.Get(ctx, d)
 }
@@ -69,7 +70,7 @@ func TestGivesUpAfterMaxWait(t *testing.T) {
 	f := New(st, Options{Backoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, MaxWait: 100 * time.Millisecond})
 	start := time.Now()
 	_, err := f.Fetch(context.Background(), c)
-	if !errors.Is(err, store.ErrUnavailable) {
+	if !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Fatalf("got %v, want ErrUnavailable", err)
 	}
 	if took := time.Since(start); took > 2*time.Second {
@@ -84,7 +85,7 @@ func TestMissingChunkIsNotRetried(t *testing.T) {
 	st, _ := setup(t, 0, false)
 	f := New(st, Options{})
 	_, err := f.Fetch(context.Background(), blockmap.Chunk{Digest: digest.FromString("absent"), Size: 4096})
-	if !errors.Is(err, store.ErrNotFound) || st.gets.Load() != 1 {
+	if !errors.Is(err, errdefs.ErrNotFound) || st.gets.Load() != 1 {
 		t.Fatalf("got %v after %d gets", err, st.gets.Load())
 	}
 }

@@ -7,9 +7,11 @@
 // parallel direct writes, so the kernel keeps no second page cache of a volume (the
 // guest filesystem has its own, the node chunk cache has the shared one) and does not
 // serialize writes; async direct I/O lets a loop device keep many requests in flight
-// (without it the loop device waits for each answer: queue depth 1). Errors are translated once, here: an interrupted request gives
-// EINTR, a write past the end ENOSPC, anything else EIO with one log line naming the
-// volume and offset.
+// (without it the loop device waits for each answer: queue depth 1).
+//
+// Errors are translated once, here (Errno, from errdefs.KindOf): an interrupted
+// request gives EINTR, a write past the end ENOSPC, anything else EIO with one log
+// line naming the volume and offset.
 //
 // This package never decides what a volume contains; it only carries requests.
 package fusefs

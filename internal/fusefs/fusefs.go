@@ -14,6 +14,8 @@ import (
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // Volume is what the filesystem needs from a volume (*volume.Volume has it).
@@ -30,9 +32,7 @@ type Options struct {
 	// MaxRequest is the largest read or write the kernel sends, in bytes (1 MiB).
 	MaxRequest int
 	Logger     *slog.Logger
-	// IsOutOfRange classifies volume errors that should be ENOSPC.
-	IsOutOfRange func(error) bool
-	Debug        bool
+	Debug      bool
 	// PageCache lets the kernel cache volume files (no FOPEN_DIRECT_IO): reads get
 	// FUSE readahead, at the price of a second copy of what the guest reads.
 	PageCache bool
@@ -234,14 +234,25 @@ func (n *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off, size uin
 
 func isEOF(err error) bool { return errors.Is(err, io.EOF) }
 
-// errno maps a volume error to the errno the kernel sees, logging I/O errors.
-func (n *fileNode) errno(op string, off int64, length int, err error) syscall.Errno {
-	switch {
-	case errors.Is(err, context.Canceled):
+// Errno is this edge's one translation of a volume error (errdefs.KindOf) to the
+// errno the kernel sees: EINTR for an interrupted request (canceled), ENOSPC for a
+// range outside the volume (a write past the end of the device), EIO for anything
+// else.
+func Errno(err error) syscall.Errno {
+	switch errdefs.KindOf(err) {
+	case errdefs.Canceled:
 		return syscall.EINTR
-	case n.fs.opts.IsOutOfRange != nil && n.fs.opts.IsOutOfRange(err):
+	case errdefs.OutOfRange:
 		return syscall.ENOSPC
 	}
-	n.fs.log.Error("volume-io-error", "volume", n.name, "op", op, "offset", off, "length", length, "err", err)
 	return syscall.EIO
+}
+
+// errno is Errno, with one log line naming the volume and offset for an EIO.
+func (n *fileNode) errno(op string, off int64, length int, err error) syscall.Errno {
+	e := Errno(err)
+	if e == syscall.EIO {
+		n.fs.log.Error("volume-io-error", "volume", n.name, "op", op, "offset", off, "length", length, "err", err)
+	}
+	return e
 }

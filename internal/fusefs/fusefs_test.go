@@ -48,9 +48,8 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 	engine := prefetch.New(c, prefetch.Options{})
 	t.Cleanup(func() { engine.Close(context.Background()) })
 	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
-		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
-		Debug:        os.Getenv("FUSEDEBUG") != "",
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Debug:  os.Getenv("FUSEDEBUG") != "",
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -209,8 +208,7 @@ func TestConcurrentDirectIOThroughLoop(t *testing.T) {
 	engine := prefetch.New(c, prefetch.Options{})
 	t.Cleanup(func() { engine.Close(context.Background()) })
 	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{
-		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
-		Logger:       slog.New(slog.NewTextHandler(os.Stderr, nil)),
+		Logger: slog.New(slog.NewTextHandler(os.Stderr, nil)),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -322,4 +320,48 @@ func aligned(n int) []byte {
 	b := make([]byte, n+4096)
 	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
 	return b[off : off+n]
+}
+
+// TestErrnoThroughFUSE checks the kernel's view of the error translation: a write
+// past the end of a volume file fails with ENOSPC (errdefs.ErrOutOfRange from the
+// volume, classified by Errno), and the bytes inside still read back.
+func TestErrnoThroughFUSE(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/dev/fuse")
+	dir := t.TempDir()
+	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{Logger: slog.New(slog.NewTextHandler(os.Stderr, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fsys.Unmount(); err != nil {
+			t.Error(err)
+		}
+	})
+	const size = 1 << 20
+	v, err := volume.Create(filepath.Join(dir, "vol"), "", nil, size, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path, err := fsys.Add("v", v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { fsys.Remove("v") })
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	block := bytes.Repeat([]byte("s"), 4096)
+	if _, err := f.WriteAt(block, size-4096); err != nil {
+		t.Fatalf("write of the last block: %v", err)
+	}
+	if _, err := f.WriteAt(block, size); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("write past the end: %v, want ENOSPC", err)
+	}
+	got := make([]byte, 4096)
+	if _, err := f.ReadAt(got, size-4096); err != nil || !bytes.Equal(got, block) {
+		t.Fatalf("read of the last block: %v, %q...", err, got[:8])
+	}
 }

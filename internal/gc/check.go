@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -165,9 +166,9 @@ func Check(ctx context.Context, st store.Store, o CheckOptions) (*CheckReport, e
 
 func kindOf(err error) string {
 	switch {
-	case errors.Is(err, store.ErrCorrupt):
+	case errors.Is(err, errdefs.ErrCorrupt):
 		return "corrupt"
-	case errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, errdefs.ErrNotFound):
 		return "missing"
 	default:
 		return "unreadable"
@@ -195,7 +196,7 @@ func readAll(ctx context.Context, st store.Store, objs map[digest.Digest]store.I
 			rep.Read++
 			rep.BytesRead += n
 			switch {
-			case errors.Is(err, store.ErrNotFound):
+			case errors.Is(err, errdefs.ErrNotFound):
 				// deleted since the listing
 			case err != nil:
 				rep.Problems = append(rep.Problems, Problem{Kind: kindOf(err), Object: d, Detail: err.Error()})

@@ -17,12 +17,13 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
-// ErrBusy: another collection holds the store.
-var ErrBusy = errors.New("another garbage collection is running on this store")
+// errCollecting: another collection holds the store (errdefs.ErrBusy).
+var errCollecting = errdefs.New(errdefs.ErrBusy, "another garbage collection is running on this store")
 
 // DefaultGrace is the grace period unless told otherwise.
 const DefaultGrace = time.Hour
@@ -225,7 +226,7 @@ func (c *collector) sweepTraces(ctx context.Context) error {
 		return nil
 	}
 	for _, name := range gone {
-		if err := r.DeleteRef(ctx, name); err != nil && !errors.Is(err, store.ErrNotFound) {
+		if err := r.DeleteRef(ctx, name); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			c.log.Warn("gc-trace-not-deleted", "record", name, "err", err)
 		}
 	}
@@ -289,7 +290,7 @@ func (c *collector) markSnapshot(ctx context.Context, id digest.Digest, from str
 	info, ok := c.objs[id]
 	if !ok {
 		// Stored after the listing (then it is young and kept), or missing.
-		if _, err := c.st.Stat(ctx, id); errors.Is(err, store.ErrNotFound) {
+		if _, err := c.st.Stat(ctx, id); errors.Is(err, errdefs.ErrNotFound) {
 			c.missing[id] = from
 			return nil
 		} else if err != nil {
@@ -346,7 +347,7 @@ func (c *collector) markYoungMaps(ctx context.Context) error {
 	for i, d := range young {
 		g.Go(func() error {
 			hdr, err := c.st.GetRange(gctx, d, 0, int64(len(blockmap.Magic)))
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, errdefs.ErrNotFound) {
 				return nil
 			}
 			if err != nil {
@@ -400,7 +401,7 @@ func (c *collector) sweep(ctx context.Context, cands []digest.Digest) error {
 			size := c.objs[d].Size
 			if !c.o.DryRun {
 				err := c.st.Delete(ctx, d)
-				if errors.Is(err, store.ErrNotFound) {
+				if errors.Is(err, errdefs.ErrNotFound) {
 					continue
 				}
 				if err != nil {
@@ -430,7 +431,7 @@ func (c *collector) claim(ctx context.Context) error {
 	now := c.o.now()
 	if s.Active(now) {
 		return fmt.Errorf("%w (epoch %d, on %s pid %d, since %s; a collection that died is ignored after %v)",
-			ErrBusy, s.Epoch, s.Host, s.PID, s.Started.Format(time.RFC3339), StaleAfter)
+			errCollecting, s.Epoch, s.Host, s.PID, s.Started.Format(time.RFC3339), StaleAfter)
 	}
 	if s.Running {
 		c.log.Warn("gc-took-over", "epoch", s.Epoch, "host", s.Host, "pid", s.PID, "heartbeat", s.Heartbeat)
@@ -448,7 +449,7 @@ func (c *collector) claim(ctx context.Context) error {
 		return err
 	}
 	if got.Owner != c.owner {
-		return fmt.Errorf("%w (epoch %d, on %s pid %d, started at the same moment)", ErrBusy, got.Epoch, got.Host, got.PID)
+		return fmt.Errorf("%w (epoch %d, on %s pid %d, started at the same moment)", errCollecting, got.Epoch, got.Host, got.PID)
 	}
 	c.rep.Epoch = ns.Epoch
 	c.lastBeat = now
@@ -469,7 +470,7 @@ func (c *collector) heartbeat(ctx context.Context) {
 		s, err := ReadState(ctx, c.refs)
 		if err == nil && s.Owner != c.owner {
 			c.mu.Lock()
-			c.lost = fmt.Errorf("%w: the gc record was taken over (epoch %d, %s)", ErrBusy, s.Epoch, s.Host)
+			c.lost = fmt.Errorf("%w: the gc record was taken over (epoch %d, %s)", errCollecting, s.Epoch, s.Host)
 			c.mu.Unlock()
 			return
 		}
@@ -496,7 +497,7 @@ func (c *collector) holding() error {
 		return c.lost
 	}
 	if age := c.o.now().Sub(c.lastBeat); age > StaleAfter/2 {
-		return fmt.Errorf("%w: this collection could not refresh its record for %v; stopped before deleting more", ErrBusy, age.Round(time.Second))
+		return fmt.Errorf("%w: this collection could not refresh its record for %v; stopped before deleting more", errCollecting, age.Round(time.Second))
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/trace"
@@ -242,7 +243,7 @@ func TestCollectBusy(t *testing.T) {
 	f.age(garbage.Digest)
 	now := time.Now()
 	writeState(ctx, f.st, State{Epoch: 7, Running: true, Owner: "other", Host: "elsewhere", Started: now, Heartbeat: now})
-	if _, err := Collect(ctx, f.st, Options{}); !errors.Is(err, ErrBusy) || !f.has(garbage.Digest) {
+	if _, err := Collect(ctx, f.st, Options{}); !errors.Is(err, errdefs.ErrBusy) || !strings.Contains(err.Error(), "another garbage collection is running on this store") || !f.has(garbage.Digest) {
 		t.Fatalf("collect while another runs: %v", err)
 	}
 	// One that stopped beating is dead: taken over.
@@ -256,7 +257,7 @@ func TestCollectBusy(t *testing.T) {
 func TestNoRecords(t *testing.T) {
 	f := newFixture(t)
 	plain := struct{ store.Store }{f.st}
-	if _, err := Collect(context.Background(), plain, Options{}); !errors.Is(err, ErrNoRecords) {
+	if _, err := Collect(context.Background(), plain, Options{}); !errors.Is(err, ErrNoRecords) || !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("collect of a store without records: %v", err)
 	}
 }

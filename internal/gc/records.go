@@ -11,15 +11,16 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // ErrMalformed is wrapped by every error decoding a record.
-var ErrMalformed = errors.New("malformed gc record")
+var ErrMalformed = errdefs.New(errdefs.ErrInvalid, "malformed gc record")
 
 // ErrNoRecords: the store keeps no records, so it cannot hold leases and cannot be
-// collected safely.
-var ErrNoRecords = errors.New("this store keeps no records (leases), so it cannot be garbage collected safely")
+// collected safely (errdefs.ErrUnsupported).
+var ErrNoRecords = errdefs.New(errdefs.ErrUnsupported, "this store keeps no records (leases), so it cannot be garbage collected safely")
 
 // Refs returns the store's records, or ErrNoRecords.
 func Refs(s store.Store) (store.Refs, error) {
@@ -31,7 +32,7 @@ func Refs(s store.Store) (store.Refs, error) {
 }
 
 // noRecords reports an error meaning the store has no records.
-func noRecords(err error) bool { return errors.Is(err, errors.ErrUnsupported) }
+func noRecords(err error) bool { return errors.Is(err, errdefs.ErrUnsupported) }
 
 // LeaseVersion is the only lease version this package reads and writes.
 const LeaseVersion = 1
@@ -171,7 +172,7 @@ func ReadLeases(ctx context.Context, r store.Refs) ([]LeaseRecord, error) {
 	var out []LeaseRecord
 	for _, n := range names {
 		b, err := r.GetRef(ctx, n)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			continue // removed meanwhile
 		}
 		if err != nil {
@@ -238,7 +239,7 @@ func DecodeState(b []byte) (State, error) {
 // ReadState returns the collector's state (the zero State if none ever ran).
 func ReadState(ctx context.Context, r store.Refs) (State, error) {
 	b, err := r.GetRef(ctx, StateName)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return State{Version: StateVersion}, nil
 	}
 	if err != nil {

@@ -19,7 +19,9 @@
 // It must never write outside the volumes it mounts (layers are applied by package
 // archive, changed files are read with openat2 inside the layer's root), never hold
 // a layer's lock while waiting for Docker, and never leave a volume mounted that
-// Docker did not ask for. The protocol is small and stable, so it is written here on
-// net/http rather than through docker/go-plugins-helpers, which would pull the moby
-// module in and whose Diff cannot report an error.
+// Docker did not ask for. Errors are answered once (ErrorAnswer): status 500 with the
+// message, whatever their errdefs kind, since dockerd reads only the message. The
+// protocol is small and stable, so it is written here on net/http rather than
+// through docker/go-plugins-helpers, which would pull the moby module in and whose
+// Diff cannot report an error.
 package graphdriver

@@ -27,18 +27,14 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/archive"
 	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
 )
 
-// Sentinel errors of driver operations (each becomes the "Err" of a response).
-var (
-	ErrNotFound    = errors.New("no such layer")
-	ErrExists      = errors.New("layer already exists")
-	ErrBusy        = errors.New("layer in use")
-	ErrUnsupported = errors.New("not supported by the slacker graph driver")
-)
+// unsupported ends the message of an errdefs.ErrUnsupported error of the driver.
+const unsupported = "not supported by the slacker graph driver"
 
 // Options configure a Driver.
 type Options struct {
@@ -184,7 +180,7 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 	}
 	for id := range vols {
 		if !used[id] {
-			if err := n.DeleteVolume(ctx, id); err != nil && !errors.Is(err, node.ErrNotFound) {
+			if err := n.DeleteVolume(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				return nil, fmt.Errorf("graph driver: %w", err)
 			}
 			d.log.Warn("graphdriver-orphan-volume-deleted", "volume", id)
@@ -212,7 +208,7 @@ func (d *Driver) lookup(id string) (*layer, error) {
 	defer d.mu.Unlock()
 	l, ok := d.layers[id]
 	if !ok {
-		return nil, fmt.Errorf("%w: %s", ErrNotFound, id)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", id)
 	}
 	return l, nil
 }
@@ -220,10 +216,10 @@ func (d *Driver) lookup(id string) (*layer, error) {
 // Init checks what dockerd asks for: no storage options, no user-namespace remapping.
 func (d *Driver) Init(home string, opts []string, remapped bool) error {
 	if remapped {
-		return fmt.Errorf("user namespace remapping (userns-remap) is %w", ErrUnsupported)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "user namespace remapping (userns-remap) is %s", unsupported)
 	}
 	if len(opts) > 0 {
-		return fmt.Errorf("storage options %q are %w (configure slackerd instead)", opts, ErrUnsupported)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "storage options %q are %s (configure slackerd instead)", opts, unsupported)
 	}
 	if home != "" {
 		if err := os.MkdirAll(home, 0o700); err != nil {
@@ -266,13 +262,13 @@ func (d *Driver) base(ctx context.Context) (digest.Digest, error) {
 // rw marks a container layer (CreateReadWrite), which Get mounts read-write.
 func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storageOpt map[string]string) error {
 	if len(storageOpt) > 0 {
-		return fmt.Errorf("storage options %v are %w", storageOpt, ErrUnsupported)
+		return errdefs.Errorf(errdefs.ErrUnsupported, "storage options %v are %s", storageOpt, unsupported)
 	}
 	if !idPattern.MatchString(id) {
-		return fmt.Errorf("layer ID %q: invalid", id)
+		return errdefs.Errorf(errdefs.ErrInvalid, "layer ID %q: invalid", id)
 	}
 	if d.Exists(id) {
-		return fmt.Errorf("%w: %s", ErrExists, id)
+		return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
 	}
 	var snap digest.Digest // a base layer's blank filesystem is made when first needed
 	if parent != "" {
@@ -288,7 +284,7 @@ func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storage
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if _, ok := d.layers[id]; ok {
-		return fmt.Errorf("%w: %s", ErrExists, id)
+		return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
 	}
 	if err := d.save(&l.rec); err != nil {
 		return err
@@ -304,7 +300,7 @@ func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gone {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
 	}
 	if l.rec.Volume == "" || !l.rec.Dirty {
 		return d.resolveLocked(ctx, l)
@@ -359,7 +355,7 @@ func (d *Driver) Remove(ctx context.Context, id string) error {
 		d.log.Warn("layer-removed-while-mounted", "layer", id, "refs", l.refs)
 	}
 	if l.rec.Volume != "" {
-		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("remove layer %s: %w", id, err)
 		}
 	}
@@ -391,7 +387,7 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.gone {
-		return "", fmt.Errorf("%w: %s", ErrNotFound, l.rec.ID)
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
 	}
 	if l.rec.Volume == "" {
 		if _, err := d.resolveLocked(ctx, l); err != nil {
@@ -400,7 +396,7 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 		vid := volumeID(l.rec.ID)
 		_, err := d.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: l.rec.Snapshot,
 			Labels: map[string]string{labels.Kind: labels.KindDocker, labels.DockerLayer: l.rec.ID}})
-		if errors.Is(err, node.ErrExists) {
+		if errors.Is(err, errdefs.ErrExists) {
 			// Left by a crash between creating it and recording it: it holds nothing
 			// the record does not.
 			if err = d.n.DeleteVolume(ctx, vid); err == nil {
@@ -479,13 +475,13 @@ func (d *Driver) unmountLocked(ctx context.Context, l *layer) error {
 		return nil
 	}
 	if !l.rec.RW || !l.rec.Dirty {
-		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 		}
 		l.rec.Volume = ""
 		return d.save(&l.rec)
 	}
-	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, node.ErrNotFound) {
+	if err := d.n.UnmountVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 	}
 	return nil
@@ -627,12 +623,12 @@ func isImageLayer(prefix []byte) bool {
 
 func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte, kind string) (int64, error) {
 	if _, err := d.n.Map(ctx, m.Snapshot); err != nil {
-		if errors.Is(err, node.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			where := "another store"
 			if m.Store != "" {
 				where = "store " + m.Store
 			}
-			return 0, fmt.Errorf("this Slacker layer names snapshot %s, which is not in this node's store (%s) "+
+			return 0, errdefs.Errorf(errdefs.ErrNotFound, "this Slacker layer names snapshot %s, which is not in this node's store (%s) "+
 				"but in %s: run this slackerd on that store (--store), or pull an image made where "+
 				"graphdriver.shared_store is off, whose layers are ordinary tars (docs/docker.md)",
 				m.Snapshot, d.o.Store, where)
@@ -642,7 +638,7 @@ func (d *Driver) applySlacker(ctx context.Context, l *layer, m Marker, b []byte,
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs > 0 {
-		return 0, fmt.Errorf("apply to layer %s: %w", l.rec.ID, ErrBusy)
+		return 0, errdefs.Errorf(errdefs.ErrBusy, "apply to layer %s: layer in use", l.rec.ID)
 	}
 	if l.rec.Volume != "" {
 		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil {
@@ -662,7 +658,7 @@ func (d *Driver) applyTar(ctx context.Context, l *layer, r io.Reader) (int64, er
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.refs > 0 {
-		return 0, fmt.Errorf("apply to layer %s: %w", l.rec.ID, ErrBusy)
+		return 0, errdefs.Errorf(errdefs.ErrBusy, "apply to layer %s: layer in use", l.rec.ID)
 	}
 	start := time.Now()
 	vid := l.rec.Volume

@@ -18,6 +18,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sys/unix"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fstree"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/mount"
@@ -195,17 +196,17 @@ func TestDriverLayersAndContainers(t *testing.T) {
 	if err := d.Init("", nil, false); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Init("", nil, true); !errors.Is(err, ErrUnsupported) {
+	if err := d.Init("", nil, true); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("Init with user namespace maps: %v", err)
 	}
 	// docker load: Create + ApplyDiff of an ordinary layer, applied into a clone.
 	if err := d.Create(ctx, "l1", "", false, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Create(ctx, "l1", "", false, nil); !errors.Is(err, ErrExists) {
+	if err := d.Create(ctx, "l1", "", false, nil); !errors.Is(err, errdefs.ErrExists) {
 		t.Fatalf("second Create: %v", err)
 	}
-	if err := d.Create(ctx, "x", "", false, map[string]string{"size": "1G"}); !errors.Is(err, ErrUnsupported) {
+	if err := d.Create(ctx, "x", "", false, map[string]string{"size": "1G"}); !errors.Is(err, errdefs.ErrUnsupported) {
 		t.Fatalf("Create with storage options: %v", err)
 	}
 	size, err := d.ApplyDiff(ctx, "l1", "", bytes.NewReader(baseLayer(t)))

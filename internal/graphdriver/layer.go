@@ -4,12 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // A Slacker layer is an ordinary, valid layer tar holding one entry: a hard link
@@ -35,12 +36,13 @@ const (
 	maxLayerPeek = 64 << 10
 )
 
-// ErrNotSlackerLayer is returned by ReadLayer for an ordinary layer.
-var ErrNotSlackerLayer = errors.New("not a Slacker layer")
+// ErrNotSlackerLayer is returned by ReadLayer for an ordinary layer
+// (errdefs.ErrUnsupported).
+var ErrNotSlackerLayer = errdefs.New(errdefs.ErrUnsupported, "not a Slacker layer")
 
 // ErrMalformedLayer wraps every error of a layer that claims to be a Slacker layer
-// but is not a valid one.
-var ErrMalformedLayer = errors.New("malformed Slacker layer")
+// but is not a valid one (errdefs.ErrInvalid).
+var ErrMalformedLayer = errdefs.New(errdefs.ErrInvalid, "malformed Slacker layer")
 
 // Marker is what a Slacker layer says.
 type Marker struct {

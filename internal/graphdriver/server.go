@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/node"
 )
 
@@ -214,11 +215,21 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	json.NewEncoder(w).Encode(v)
 }
 
-// fail answers an error the way dockerd's plugin client reads one: a non-200 status
-// and {"Err": message}.
+// ErrorAnswer is the graph driver's one translation of an error, the way dockerd's
+// plugin client reads one: status 500 and {"Err": message}, whatever its kind.
+// dockerd reads only the message (which names the kind in its own words: "no such
+// layer", "layer in use", "not supported by the slacker graph driver"), and it reads
+// a 404 as "the plugin does not implement this call", so a kind must not become a
+// status here; the kind goes to the log line.
+func ErrorAnswer(err error) (int, Response) {
+	return http.StatusInternalServerError, Response{Err: err.Error()}
+}
+
+// fail answers err (ErrorAnswer) and logs it with its errdefs kind.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	s.log.Warn("graphdriver-call-failed", "call", r.URL.Path, "err", err)
-	writeJSON(w, http.StatusInternalServerError, Response{Err: err.Error()})
+	s.log.Warn("graphdriver-call-failed", "call", r.URL.Path, "kind", errdefs.KindOf(err).String(), "err", err)
+	status, resp := ErrorAnswer(err)
+	writeJSON(w, status, resp)
 }
 
 func decode(r *http.Request, v any) error {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // fakeBackend records calls and answers from its fields.
@@ -204,7 +206,7 @@ func TestActivate(t *testing.T) {
 }
 
 func TestProtocolErrors(t *testing.T) {
-	f := &fakeBackend{err: fmt.Errorf("layer x: %w", ErrBusy)}
+	f := &fakeBackend{err: errdefs.Errorf(errdefs.ErrBusy, "layer x: layer in use")}
 	c := newServer(t, f)
 	for _, m := range []string{"GraphDriver.Create", "GraphDriver.Get", "GraphDriver.Remove", "GraphDriver.Diff", "GraphDriver.ApplyDiff?id=a&parent=b"} {
 		status, b := c.post(t, m, strings.NewReader(`{"ID":"x"}`))

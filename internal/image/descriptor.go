@@ -3,12 +3,13 @@ package image
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // MediaType of an encoded descriptor (also the OCI artifactType of a pushed image).
@@ -20,8 +21,8 @@ const SchemaVersion = 1
 // MaxSize bounds an encoded descriptor.
 const MaxSize = 4 << 20
 
-// ErrMalformed is wrapped by every Decode error.
-var ErrMalformed = errors.New("malformed image descriptor")
+// ErrMalformed is wrapped by every Decode error (errdefs.ErrInvalid).
+var ErrMalformed = errdefs.New(errdefs.ErrInvalid, "malformed image descriptor")
 
 // Descriptor names an image's snapshot and carries its configuration.
 type Descriptor struct {

@@ -3,10 +3,11 @@ package image
 import (
 	"archive/tar"
 	"bytes"
-	"errors"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // The Slacker layer: how a Slacker image travels as an ordinary OCI image. Its one
@@ -21,8 +22,8 @@ const (
 	MaxLayerSize = MaxSize + 64<<10
 )
 
-// ErrNotSlackerLayer: a layer tar that is not a Slacker layer.
-var ErrNotSlackerLayer = errors.New("not a Slacker layer")
+// ErrNotSlackerLayer: a layer tar that is not a Slacker layer (errdefs.ErrUnsupported).
+var ErrNotSlackerLayer = errdefs.New(errdefs.ErrUnsupported, "not a Slacker layer")
 
 // Readme is the text of LayerReadmePath for d.
 func Readme(d *Descriptor) string {

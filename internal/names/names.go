@@ -14,11 +14,9 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 )
-
-// ErrNotFound: no such name or chain.
-var ErrNotFound = errors.New("no such image")
 
 // Store is a directory of names and chains.
 type Store struct {
@@ -42,7 +40,7 @@ func Open(dir string) (*Store, error) {
 func Normalize(s string) (string, error) {
 	ref, err := name.ParseReference(s, name.WithDefaultRegistry(""), name.WithDefaultTag("latest"))
 	if err != nil {
-		return "", fmt.Errorf("image name %q: %w", s, err)
+		return "", errdefs.Errorf(errdefs.ErrInvalid, "image name %q: %w", s, err)
 	}
 	n := ref.Name()
 	return strings.TrimPrefix(n, "library/"), nil
@@ -91,7 +89,7 @@ func (s *Store) Get(n string) (*Entry, error) {
 	}
 	b, err := os.ReadFile(s.imagePath(nn))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, fmt.Errorf("image %s: %w", n, ErrNotFound)
+		return nil, errdefs.Errorf(errdefs.ErrNotFound, "image %s: no such image", n)
 	}
 	if err != nil {
 		return nil, err
@@ -147,7 +145,7 @@ func (s *Store) Delete(n string) error {
 		return err
 	}
 	if err := os.Remove(s.imagePath(nn)); errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("image %s: %w", n, ErrNotFound)
+		return errdefs.Errorf(errdefs.ErrNotFound, "image %s: no such image", n)
 	} else if err != nil {
 		return err
 	}
@@ -158,7 +156,7 @@ func (s *Store) Delete(n string) error {
 func (s *Store) Chain(key digest.Digest) (digest.Digest, error) {
 	b, err := os.ReadFile(filepath.Join(s.dir, "chains", key.Encoded()))
 	if errors.Is(err, os.ErrNotExist) {
-		return "", fmt.Errorf("chain %s: %w", key, ErrNotFound)
+		return "", errdefs.Errorf(errdefs.ErrNotFound, "chain %s: no such image", key)
 	}
 	if err != nil {
 		return "", err

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/atomicfile/atomicfiletest"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 )
 
@@ -27,8 +28,8 @@ func TestNormalize(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"", "UPPER", "a b", "x:y:z"} {
-		if _, err := Normalize(bad); err == nil {
-			t.Errorf("Normalize(%q) accepted", bad)
+		if _, err := Normalize(bad); !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("Normalize(%q): %v, want ErrInvalid", bad, err)
 		}
 	}
 }
@@ -53,11 +54,11 @@ func TestPutGetListDelete(t *testing.T) {
 	if err := s.Delete("debian"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Get("debian"); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Get("debian"); !errors.Is(err, errdefs.ErrNotFound) || err.Error() != "image debian: no such image" {
 		t.Fatalf("after delete: %v", err)
 	}
 	k := digest.FromString("chain")
-	if _, err := s.Chain(k); !errors.Is(err, ErrNotFound) {
+	if _, err := s.Chain(k); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatal(err)
 	}
 	s.PutChain(k, d.Snapshot)

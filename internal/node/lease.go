@@ -20,6 +20,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/gc"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -148,7 +149,7 @@ func (l *leaser) loop() {
 	defer t.Stop()
 	for {
 		if err := l.write(ctx); err != nil {
-			if errors.Is(err, errors.ErrUnsupported) {
+			if errors.Is(err, errdefs.ErrUnsupported) {
 				l.log.Warn("lease-unsupported", "err", err)
 				return
 			}
@@ -346,7 +347,7 @@ func (n *Node) checkBase(ctx context.Context, base *blockmap.Map, baseID digest.
 			}
 			if !ok {
 				return fmt.Errorf("chunk %s of the base snapshot %s is no longer in the store (collected while this node's lease had expired?): %w",
-					c.Digest, baseID, ErrNotFound)
+					c.Digest, baseID, errdefs.ErrNotFound)
 			}
 			return nil
 		})

@@ -22,6 +22,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/fusefs"
 	"github.com/slacker-dev/slacker/internal/labels"
@@ -29,14 +30,6 @@ import (
 	"github.com/slacker-dev/slacker/internal/prefetch"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/volume"
-)
-
-// Sentinel errors of node operations.
-var (
-	ErrNotFound = errors.New("not found")
-	ErrExists   = errors.New("already exists")
-	ErrInvalid  = errors.New("invalid argument")
-	ErrBusy     = errors.New("busy")
 )
 
 // Config configures a node.
@@ -165,9 +158,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.prefetch = prefetch.New(n.cache, popts)
 	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
-		Logger:       log,
-		IsOutOfRange: func(err error) bool { return errors.Is(err, volume.ErrOutOfRange) },
-		PageCache:    cfg.NoDirectIO,
+		Logger:    log,
+		PageCache: cfg.NoDirectIO,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
@@ -308,7 +300,7 @@ func writeRecord(dir string, r Record) error {
 // the store. Every map is verified against its ID.
 func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error) {
 	if err := store.CheckDigest(id); err != nil {
-		return nil, fmt.Errorf("snapshot %q: %w", id, ErrInvalid)
+		return nil, fmt.Errorf("snapshot %q: %w", id, errdefs.ErrInvalid)
 	}
 	n.mapsMu.Lock()
 	m, ok := n.maps[id]
@@ -320,8 +312,8 @@ func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error)
 	b, err := os.ReadFile(path)
 	if err != nil || store.Verify(id, b) != nil {
 		b, err = n.fetcher.Object(ctx, id)
-		if errors.Is(err, store.ErrNotFound) {
-			return nil, fmt.Errorf("snapshot %s is not in the store: %w", id, ErrNotFound)
+		if errors.Is(err, errdefs.ErrNotFound) {
+			return nil, fmt.Errorf("snapshot %s is not in the store: %w", id, errdefs.ErrNotFound)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("fetch snapshot %s: %w", id, err)
@@ -369,7 +361,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 		id = randomID()
 	}
 	if !idPattern.MatchString(id) || strings.HasSuffix(id, ".deleting") {
-		return VolumeInfo{}, fmt.Errorf("volume ID %q: %w: use letters, digits, '_', '.', '-'", id, ErrInvalid)
+		return VolumeInfo{}, fmt.Errorf("volume ID %q: %w: use letters, digits, '_', '.', '-'", id, errdefs.ErrInvalid)
 	}
 	var base *blockmap.Map
 	size := opts.Size
@@ -387,7 +379,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	if _, ok := n.vols[id]; ok {
-		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrExists)
+		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, errdefs.ErrExists)
 	}
 	dir := n.volDir(id)
 	r := n.baseReader(id, base)
@@ -395,9 +387,9 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	if err != nil {
 		r.Close()
 		if errors.Is(err, os.ErrExist) {
-			return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrExists)
+			return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, errdefs.ErrExists)
 		}
-		return VolumeInfo{}, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return VolumeInfo{}, fmt.Errorf("%w: %v", errdefs.ErrInvalid, err)
 	}
 	rec := Record{ID: id, Labels: opts.Labels, Created: time.Now().UTC()}
 	if err := writeRecord(dir, rec); err != nil {
@@ -436,7 +428,7 @@ func (n *Node) get(id string) (*vol, error) {
 	defer n.mu.Unlock()
 	x, ok := n.vols[id]
 	if !ok {
-		return nil, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("volume %s: %w", id, errdefs.ErrNotFound)
 	}
 	return x, nil
 }
@@ -480,7 +472,7 @@ func (n *Node) MountVolume(ctx context.Context, id string, readOnly bool) (Volum
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.gone {
-		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, errdefs.ErrNotFound)
 	}
 	if x.mnt != "" {
 		return x.info(), nil
@@ -583,7 +575,7 @@ func (n *Node) unmountLocked(x *vol) error {
 	}
 	lazy, err := mount.Unmount(x.mnt, 10*time.Second)
 	if err != nil {
-		return fmt.Errorf("unmount volume %s: %w: %w", x.rec.ID, ErrBusy, err)
+		return fmt.Errorf("unmount volume %s: %w: %w", x.rec.ID, errdefs.ErrBusy, err)
 	}
 	if lazy {
 		n.log.Warn("volume-unmounted-lazily", "volume", x.rec.ID, "mountpoint", x.mnt,
@@ -637,7 +629,7 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.gone {
-		return nil, fmt.Errorf("volume %s: %w", id, ErrNotFound)
+		return nil, fmt.Errorf("volume %s: %w", id, errdefs.ErrNotFound)
 	}
 	start := time.Now()
 	if x.mnt != "" && !x.rec.ReadOnly {

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -54,7 +55,7 @@ func TestCloneSnapshotClone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "a", Snapshot: blank.ID}); !errors.Is(err, ErrExists) {
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "a", Snapshot: blank.ID}); !errors.Is(err, errdefs.ErrExists) {
 		t.Fatalf("second create of a: %v", err)
 	}
 	a, err = n.MountVolume(ctx, "a", false)

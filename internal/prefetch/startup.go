@@ -12,7 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
-	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
@@ -104,12 +104,12 @@ func (s *startup) lookup() {
 		s.replay(s.log, t, start)
 		return
 	}
-	if err != nil && !errors.Is(err, store.ErrNotFound) && !errors.Is(err, trace.ErrInvalid) {
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, trace.ErrMalformed) {
 		// The store is away or refuses records: neither replay nor record.
 		s.log.Warn("startup-trace-lookup-failed", "err", err)
 		return
 	}
-	if errors.Is(err, trace.ErrInvalid) {
+	if errors.Is(err, trace.ErrMalformed) {
 		s.log.Warn("startup-trace-invalid", "err", err, "action", "recording a new one")
 	}
 	s.mu.Lock()

@@ -10,6 +10,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
@@ -62,7 +63,7 @@ func TestPullThroughFaults(t *testing.T) {
 		{name: "registry gone", fault: func() { p.SetDown(true) }, want: ErrUnreachable, msg: "registry unreachable"},
 		{name: "registry hangs", fault: func() { p.SetHang(true) }, timeout: 2 * time.Second, want: ErrUnreachable, msg: "registry unreachable"},
 		{name: "every transfer cut", fault: func() { p.ResetAfter(100) }, want: ErrUnreachable, msg: "registry unreachable"},
-		{name: "503 every time", fault: func() { p.FailRequests(503, -1, nil) }, want: ErrUnavailable, msg: "try again later"},
+		{name: "503 every time", fault: func() { p.FailRequests(503, -1, nil) }, want: errdefs.ErrUnavailable, msg: "registry unavailable: it answered 503 Service Unavailable; try again later"},
 		{name: "token refused", fault: func() { p.RequireTokens(&faultproxy.TokenAuth{User: "someone", Password: "secret"}) },
 			msg: "access denied by the registry"},
 	}

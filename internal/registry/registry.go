@@ -25,21 +25,21 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/distribution"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
 )
 
-// Errors.
+// Errors. Besides these, no manifest at the reference is errdefs.ErrNotFound ("image
+// not found in the registry"), a server error (5xx) after the retries
+// errdefs.ErrUnavailable ("registry unavailable": it may succeed later), and a blob
+// that does not match its digest errdefs.ErrCorrupt.
 var (
-	// ErrNotSlacker: the reference exists but is not a Slacker image.
-	ErrNotSlacker = errors.New("not a Slacker image")
-	// ErrNotFound: no manifest at the reference.
-	ErrNotFound = errors.New("image not found in the registry")
-	// ErrUnreachable: the registry could not be reached.
-	ErrUnreachable = errors.New("registry unreachable")
-	// ErrUnavailable: the registry answered with a server error (5xx) after the
-	// retries; it may succeed later.
-	ErrUnavailable = errors.New("registry unavailable")
+	// ErrNotSlacker: the reference exists but is not a Slacker image (an ordinary
+	// OCI image, which the CLI converts instead); errdefs.ErrUnsupported.
+	ErrNotSlacker = errdefs.New(errdefs.ErrUnsupported, "not a Slacker image")
+	// ErrUnreachable: the registry could not be reached; errdefs.ErrUnavailable.
+	ErrUnreachable = errdefs.New(errdefs.ErrUnavailable, "registry unreachable")
 )
 
 // Options tune registry access.
@@ -240,7 +240,7 @@ func slackerBlob(ref string, raw []byte, mt types.MediaType) (ocispec.Descriptor
 // decodeBlob verifies and decodes the blob slackerBlob named.
 func decodeBlob(ref string, blob ocispec.Descriptor, b []byte) (*image.Descriptor, error) {
 	if digest.FromBytes(b) != blob.Digest {
-		return nil, fmt.Errorf("%s: blob does not match its digest %s", ref, blob.Digest)
+		return nil, errdefs.Errorf(errdefs.ErrCorrupt, "%s: blob does not match its digest %s", ref, blob.Digest)
 	}
 	var d *image.Descriptor
 	var err error
@@ -264,16 +264,17 @@ func mapErr(ref string, err error) error {
 	if errors.As(err, &terr) {
 		switch terr.StatusCode {
 		case http.StatusNotFound:
-			return fmt.Errorf("%s: %w", ref, ErrNotFound)
+			return errdefs.Errorf(errdefs.ErrNotFound, "%s: image not found in the registry", ref)
 		case http.StatusUnauthorized, http.StatusForbidden:
 			return fmt.Errorf("%s: access denied by the registry (log in with `docker login`; credentials are read from the Docker config): %w", ref, err)
 		}
 		if terr.StatusCode >= 500 {
-			return fmt.Errorf("%s: %w: it answered %d %s; try again later", ref, ErrUnavailable, terr.StatusCode, http.StatusText(terr.StatusCode))
+			return errdefs.Errorf(errdefs.ErrUnavailable, "%s: registry unavailable: it answered %d %s; try again later",
+				ref, terr.StatusCode, http.StatusText(terr.StatusCode))
 		}
 		for _, d := range terr.Errors {
 			if d.Code == transport.ManifestUnknownErrorCode || d.Code == transport.NameUnknownErrorCode {
-				return fmt.Errorf("%s: %w", ref, ErrNotFound)
+				return errdefs.Errorf(errdefs.ErrNotFound, "%s: image not found in the registry", ref)
 			}
 		}
 	}

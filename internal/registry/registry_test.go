@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -47,7 +48,7 @@ func TestPushPull(t *testing.T) {
 	if pres.BytesMoved > 16<<10 {
 		t.Fatalf("pull moved %d bytes for a 300 MB image; want kilobytes", pres.BytesMoved)
 	}
-	if _, _, err := Pull(ctx, reg.Addr+"/slacker/missing:x", Options{}); !errors.Is(err, ErrNotFound) {
+	if _, _, err := Pull(ctx, reg.Addr+"/slacker/missing:x", Options{}); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "image not found in the registry") {
 		t.Fatalf("missing ref: %v", err)
 	}
 	// An ordinary OCI image is refused with advice, never used as if it were ours.
@@ -57,11 +58,11 @@ func TestPushPull(t *testing.T) {
 	if err := remote.Write(pr, img); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := Pull(ctx, plain, Options{}); !errors.Is(err, ErrNotSlacker) || !strings.Contains(err.Error(), "slacker convert") {
+	if _, _, err := Pull(ctx, plain, Options{}); !errors.Is(err, ErrNotSlacker) || errdefs.KindOf(err) != errdefs.Unsupported || !strings.Contains(err.Error(), "slacker convert") {
 		t.Fatalf("ordinary image: %v", err)
 	}
 	reg.Stop()
-	if _, _, err := Pull(ctx, ref, Options{}); !errors.Is(err, ErrUnreachable) {
+	if _, _, err := Pull(ctx, ref, Options{}); !errors.Is(err, ErrUnreachable) || errdefs.KindOf(err) != errdefs.Unavailable {
 		t.Fatalf("stopped registry: %v", err)
 	}
 }

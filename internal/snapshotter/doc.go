@@ -23,6 +23,9 @@
 // of each committed snapshot is a small file next to it, written before the
 // commit's transaction ends. A volume whose snapshot is gone is removed by Cleanup.
 //
+// The node's errors reach containerd through MapError, this edge's one translation
+// of errdefs kinds to containerd's errdefs (and so to gRPC codes).
+//
 // The package never talks to a registry or parses layers; it drives the node only
 // through the small Node interface.
 package snapshotter

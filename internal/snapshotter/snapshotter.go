@@ -21,6 +21,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	slerrdefs "github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
@@ -112,24 +113,31 @@ func New(n Node, o Options) (*Snapshotter, error) {
 
 func (s *Snapshotter) volumeID(id string) string { return s.o.VolumePrefix + id }
 
-// mapErr translates node and store errors to containerd's errdefs, once, at this
-// boundary (the gRPC service maps errdefs to status codes).
-func mapErr(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, node.ErrNotFound), errors.Is(err, store.ErrNotFound):
-		return fmt.Errorf("%w: %w", errdefs.ErrNotFound, err)
-	case errors.Is(err, node.ErrExists):
-		return fmt.Errorf("%w: %w", errdefs.ErrAlreadyExists, err)
-	case errors.Is(err, node.ErrInvalid), errors.Is(err, blockmap.ErrMalformed):
-		return fmt.Errorf("%w: %w", errdefs.ErrInvalidArgument, err)
-	case errors.Is(err, node.ErrBusy):
-		return fmt.Errorf("%w: %w", errdefs.ErrFailedPrecondition, err)
-	case errors.Is(err, store.ErrUnavailable):
-		return fmt.Errorf("%w: %w", errdefs.ErrUnavailable, err)
+// MapError is the snapshotter's one translation of an error (errdefs.KindOf) to
+// containerd's errdefs, which the gRPC service turns into status codes: NotFound,
+// AlreadyExists, InvalidArgument, FailedPrecondition (busy), Unavailable (a passed
+// deadline too) and NotImplemented (unsupported). A canceled error keeps its
+// context.Canceled (code Canceled); corrupt data, a range out of range and errors of
+// no kind stay as they are (code Unknown: containerd has no code for them).
+func MapError(err error) error {
+	var class error
+	switch slerrdefs.KindOf(err) {
+	case slerrdefs.NotFound:
+		class = errdefs.ErrNotFound
+	case slerrdefs.Exists:
+		class = errdefs.ErrAlreadyExists
+	case slerrdefs.Invalid:
+		class = errdefs.ErrInvalidArgument
+	case slerrdefs.Busy:
+		class = errdefs.ErrFailedPrecondition
+	case slerrdefs.Unavailable:
+		class = errdefs.ErrUnavailable
+	case slerrdefs.Unsupported:
+		class = errdefs.ErrNotImplemented
+	default:
+		return err
 	}
-	return err
+	return fmt.Errorf("%w: %w", class, err)
 }
 
 // Stat returns the info of the snapshot named key.
@@ -173,7 +181,7 @@ func (s *Snapshotter) Usage(ctx context.Context, key string) (snapshots.Usage, e
 	if info.Kind == snapshots.KindActive || info.Kind == snapshots.KindView {
 		v, err := s.n.Volume(s.volumeID(id))
 		if err != nil {
-			return usage, mapErr(err)
+			return usage, MapError(err)
 		}
 		usage.Size = v.Stats.DeltaBytes
 	}
@@ -195,7 +203,7 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	ro := snap.Kind == snapshots.KindView
 	v, err := s.n.MountVolume(ctx, s.volumeID(snap.ID), ro)
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, MapError(err)
 	}
 	return bindMounts(v.Mountpoint, ro), nil
 }
@@ -268,12 +276,12 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 			!strings.HasPrefix(key, "extract-")
 		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from, Startup: container,
 			Labels: map[string]string{labels.Kind: labels.KindContainerd, labels.ContainerdKey: key}}); err != nil {
-			return fmt.Errorf("clone %s for %s: %w", from, key, mapErr(err))
+			return fmt.Errorf("clone %s for %s: %w", from, key, MapError(err))
 		}
 		v, err := s.n.MountVolume(ctx, vid, ro)
 		if err != nil {
 			s.deleteVolume(context.WithoutCancel(ctx), vid)
-			return fmt.Errorf("mount %s: %w", key, mapErr(err))
+			return fmt.Errorf("mount %s: %w", key, MapError(err))
 		}
 		mounts = bindMounts(v.Mountpoint, ro)
 		s.log.Debug("snapshot-prepared", "key", key, "parent", parent, "kind", kind.String(), "volume", vid, "from", from)
@@ -297,11 +305,11 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	// rather than let containerd unpack the placeholder layer.
 	m, err := s.n.Map(ctx, snap)
 	if err != nil {
-		if errors.Is(err, node.ErrNotFound) {
+		if errors.Is(err, slerrdefs.ErrNotFound) {
 			return fmt.Errorf("%w: the image names Slacker snapshot %s, which is not in this node's store: "+
 				"point slackerd at the store the image was pushed to (docs/containerd.md)", errdefs.ErrNotFound, snap)
 		}
-		return mapErr(err)
+		return MapError(err)
 	}
 	err = s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
 		if _, _, _, err := storage.GetInfo(ctx, target); err == nil {
@@ -390,7 +398,7 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 		if d != nil {
 			if _, err := s.n.Map(ctx, d.Snapshot); err != nil {
 				return fmt.Errorf("commit %s: the Slacker layer names snapshot %s, which this node cannot read: %w "+
-					"(point slackerd at the store the image was pushed to)", key, d.Snapshot, mapErr(err))
+					"(point slackerd at the store the image was pushed to)", key, d.Snapshot, MapError(err))
 			}
 			rec = record{Snapshot: d.Snapshot, Lazy: true}
 			s.log.Info("remote-snapshot-prepared", "key", key, "chain", name, "snapshot", d.Snapshot, "via", "layer")
@@ -399,7 +407,7 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 	if rec.Snapshot == "" {
 		res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
 		if err != nil {
-			return fmt.Errorf("commit %s: %w", key, mapErr(err))
+			return fmt.Errorf("commit %s: %w", key, MapError(err))
 		}
 		rec, usage.Size = record{Snapshot: res.ID}, res.DeltaBytes
 		s.log.Info("snapshot-committed", "name", name, "key", key, "snapshot", res.ID, "delta_bytes", res.DeltaBytes,
@@ -440,7 +448,7 @@ func isUnpackKey(key string) bool {
 func (s *Snapshotter) slackerLayer(vid string) (*image.Descriptor, error) {
 	v, err := s.n.Volume(vid)
 	if err != nil {
-		return nil, mapErr(err)
+		return nil, MapError(err)
 	}
 	if v.Mountpoint == "" {
 		return nil, nil
@@ -501,7 +509,7 @@ func (s *Snapshotter) Remove(ctx context.Context, key string) error {
 
 // deleteVolume deletes a volume, leaving it to Cleanup if that fails.
 func (s *Snapshotter) deleteVolume(ctx context.Context, vid string) {
-	if err := s.n.DeleteVolume(ctx, vid); err != nil && !errors.Is(err, node.ErrNotFound) {
+	if err := s.n.DeleteVolume(ctx, vid); err != nil && !errors.Is(err, slerrdefs.ErrNotFound) {
 		s.log.Warn("snapshot-volume-delete-failed", "volume", vid, "err", err, "reason", "left for Cleanup")
 	}
 }
@@ -543,8 +551,8 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 		if k, ok := kinds[id]; ok && k != snapshots.KindCommitted {
 			continue
 		}
-		if err := s.n.DeleteVolume(ctx, v.ID); err != nil && !errors.Is(err, node.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("cleanup volume %s: %w", v.ID, mapErr(err)))
+		if err := s.n.DeleteVolume(ctx, v.ID); err != nil && !errors.Is(err, slerrdefs.ErrNotFound) {
+			errs = append(errs, fmt.Errorf("cleanup volume %s: %w", v.ID, MapError(err)))
 			continue
 		}
 		s.log.Info("snapshot-volume-cleaned", "volume", v.ID)
@@ -620,27 +628,27 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	start := time.Now()
 	mk, err := s.n.MakeFilesystem(ctx, s.o.Size)
 	if err != nil {
-		return "", fmt.Errorf("make the blank filesystem: %w", mapErr(err))
+		return "", fmt.Errorf("make the blank filesystem: %w", MapError(err))
 	}
 	vid := s.o.VolumePrefix + "base-" + fmt.Sprint(time.Now().UnixNano())
 	if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: mk.ID,
 		Labels: map[string]string{labels.Kind: labels.KindContainerdBase}}); err != nil {
-		return "", mapErr(err)
+		return "", MapError(err)
 	}
 	defer s.deleteVolume(context.WithoutCancel(ctx), vid)
 	v, err := s.n.MountVolume(ctx, vid, false)
 	if err != nil {
-		return "", mapErr(err)
+		return "", MapError(err)
 	}
 	if err := os.Remove(filepath.Join(v.Mountpoint, "lost+found")); err != nil && !os.IsNotExist(err) {
 		return "", fmt.Errorf("make the blank filesystem: %w", err)
 	}
 	if err := s.n.UnmountVolume(ctx, vid); err != nil {
-		return "", mapErr(err)
+		return "", MapError(err)
 	}
 	res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
 	if err != nil {
-		return "", mapErr(err)
+		return "", MapError(err)
 	}
 	saved.Size, saved.Snapshot = s.o.Size, res.ID
 	b, _ := json.Marshal(saved)

@@ -18,8 +18,8 @@ import (
 //     the object's whole content or an error; never concurrently. Duplicates in ds
 //     are reported once.
 //   - data given to fn has been verified against its digest; a mismatch is an error
-//     wrapping ErrCorrupt, a missing object ErrNotFound, an invalid digest
-//     ErrInvalid. fn may keep data.
+//     wrapping errdefs.ErrCorrupt, a missing object errdefs.ErrNotFound, an invalid
+//     digest errdefs.ErrInvalid. fn may keep data.
 //   - GetBatch returns an error only when ctx ends (wrapping ctx.Err()); objects not
 //     yet reported by then may be reported with that error or not at all.
 type BatchGetter interface {

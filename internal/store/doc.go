@@ -3,11 +3,12 @@
 //
 // An object is an immutable byte string named by the sha256 digest of its content.
 // The contract (Store) is small and exact; every backend maps its native errors to the
-// sentinels below exactly once, and every backend runs the shared suite in
-// package storetest. Backends live in sub-packages: local (the embedded default), s3
-// (S3-compatible object storage) and ocistore (blobs of an OCI registry); storeurl
-// opens one from a location. Optional abilities (Refs, BatchGetter) are separate
-// interfaces found by type assertion. docs/stores.md has the designs.
+// errdefs kinds exactly once (store.go says which kind means what), and every backend
+// runs the shared suite in package storetest. Backends live in sub-packages: local
+// (the embedded default), s3 (S3-compatible object storage) and ocistore (blobs of an
+// OCI registry); storeurl opens one from a location. Optional abilities (Refs,
+// BatchGetter) are separate interfaces found by type assertion. docs/stores.md has
+// the designs.
 //
 // This package must never know about block maps, volumes or caches: it moves opaque,
 // verified bytes.

@@ -7,13 +7,15 @@ import (
 	"io"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 func bytesReader(b []byte) io.Reader { return bytes.NewReader(b) }
 
 // VerifyingReader wraps r, which should yield the content of d (size bytes, or any
 // size if size < 0). The Read that reaches the end of r returns an error wrapping
-// ErrCorrupt instead of io.EOF if the content does not match. Backends use it to
+// errdefs.ErrCorrupt instead of io.EOF if the content does not match. Backends use it to
 // implement Get.
 func VerifyingReader(r io.Reader, d digest.Digest, size int64) io.Reader {
 	return &verifyingReader{r: r, want: d, size: size, h: d.Algorithm().Hash()}
@@ -36,16 +38,16 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 	v.h.Write(p[:n])
 	v.n += int64(n)
 	if v.size >= 0 && v.n > v.size {
-		v.err = fmt.Errorf("object %s: more than %d bytes: %w", v.want, v.size, ErrCorrupt)
+		v.err = fmt.Errorf("object %s: more than %d bytes: object %w", v.want, v.size, errdefs.ErrCorrupt)
 		return 0, v.err
 	}
 	if err == io.EOF {
 		got := digest.NewDigest(v.want.Algorithm(), v.h)
 		switch {
 		case v.size >= 0 && v.n != v.size:
-			v.err = fmt.Errorf("object %s: %d bytes, want %d: %w", v.want, v.n, v.size, ErrCorrupt)
+			v.err = fmt.Errorf("object %s: %d bytes, want %d: object %w", v.want, v.n, v.size, errdefs.ErrCorrupt)
 		case got != v.want:
-			v.err = fmt.Errorf("object %s: content hashes to %s: %w", v.want, got, ErrCorrupt)
+			v.err = fmt.Errorf("object %s: content hashes to %s: object %w", v.want, got, errdefs.ErrCorrupt)
 		default:
 			v.err = io.EOF
 		}
@@ -57,10 +59,10 @@ func (v *verifyingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-// Verify returns an error wrapping ErrCorrupt unless b hashes to d.
+// Verify returns an error wrapping errdefs.ErrCorrupt unless b hashes to d.
 func Verify(d digest.Digest, b []byte) error {
 	if got := d.Algorithm().FromBytes(b); got != d {
-		return fmt.Errorf("object %s: content hashes to %s: %w", d, got, ErrCorrupt)
+		return fmt.Errorf("object %s: content hashes to %s: object %w", d, got, errdefs.ErrCorrupt)
 	}
 	return nil
 }

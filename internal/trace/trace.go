@@ -3,7 +3,6 @@ package trace
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -11,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // Version is the only version Decode accepts.
@@ -23,8 +23,9 @@ const MaxChunks = 16384
 // MaxChunkSize bounds one chunk's size in a trace.
 const MaxChunkSize = 64 << 20
 
-// ErrInvalid is returned by Decode for malformed input.
-var ErrInvalid = errors.New("invalid start-up trace")
+// ErrMalformed is returned by Decode for malformed input (errdefs.ErrInvalid). A
+// caller tells it from the store's errors: a malformed trace is recorded anew.
+var ErrMalformed = errdefs.New(errdefs.ErrInvalid, "invalid start-up trace")
 
 // Trace is the start-up reads of one snapshot.
 type Trace struct {
@@ -116,10 +117,10 @@ func Decode(b []byte) (*Trace, error) {
 	dec.DisallowUnknownFields()
 	var t Trace
 	if err := dec.Decode(&t); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrInvalid, err)
+		return nil, fmt.Errorf("%w: %v", ErrMalformed, err)
 	}
 	if dec.More() {
-		return nil, fmt.Errorf("%w: trailing data", ErrInvalid)
+		return nil, fmt.Errorf("%w: trailing data", ErrMalformed)
 	}
 	if err := t.check(); err != nil {
 		return nil, err
@@ -129,27 +130,27 @@ func Decode(b []byte) (*Trace, error) {
 
 func (t *Trace) check() error {
 	if t.Version != Version {
-		return fmt.Errorf("%w: version %d (this program reads %d)", ErrInvalid, t.Version, Version)
+		return fmt.Errorf("%w: version %d (this program reads %d)", ErrMalformed, t.Version, Version)
 	}
 	if err := t.Snapshot.Validate(); err != nil {
-		return fmt.Errorf("%w: snapshot: %v", ErrInvalid, err)
+		return fmt.Errorf("%w: snapshot: %v", ErrMalformed, err)
 	}
 	if t.Window < 0 {
-		return fmt.Errorf("%w: negative window", ErrInvalid)
+		return fmt.Errorf("%w: negative window", ErrMalformed)
 	}
 	if len(t.Chunks) > MaxChunks {
-		return fmt.Errorf("%w: %d chunks, at most %d", ErrInvalid, len(t.Chunks), MaxChunks)
+		return fmt.Errorf("%w: %d chunks, at most %d", ErrMalformed, len(t.Chunks), MaxChunks)
 	}
 	seen := make(map[digest.Digest]bool, len(t.Chunks))
 	for i, c := range t.Chunks {
 		if err := c.Digest.Validate(); err != nil {
-			return fmt.Errorf("%w: chunk %d: %v", ErrInvalid, i, err)
+			return fmt.Errorf("%w: chunk %d: %v", ErrMalformed, i, err)
 		}
 		if c.Size <= 0 || c.Size > MaxChunkSize {
-			return fmt.Errorf("%w: chunk %d: size %d", ErrInvalid, i, c.Size)
+			return fmt.Errorf("%w: chunk %d: size %d", ErrMalformed, i, c.Size)
 		}
 		if seen[c.Digest] {
-			return fmt.Errorf("%w: chunk %d (%s) listed twice", ErrInvalid, i, c.Digest)
+			return fmt.Errorf("%w: chunk %d (%s) listed twice", ErrMalformed, i, c.Digest)
 		}
 		seen[c.Digest] = true
 	}

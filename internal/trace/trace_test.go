@@ -9,6 +9,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 var snap = digest.FromString("snapshot")
@@ -82,8 +83,8 @@ func TestDecodeRejects(t *testing.T) {
 		"unknown field":   `{"version":1,"snapshot":"` + s + `","chunks":[],"extra":1}`,
 		"trailing":        `{"version":1,"snapshot":"` + s + `","chunks":[]} {}`,
 	} {
-		if _, err := Decode([]byte(in)); !errors.Is(err, ErrInvalid) {
-			t.Errorf("%s: %v, want ErrInvalid", name, err)
+		if _, err := Decode([]byte(in)); !errors.Is(err, ErrMalformed) || !errors.Is(err, errdefs.ErrInvalid) {
+			t.Errorf("%s: %v, want ErrMalformed", name, err)
 		}
 	}
 }

@@ -18,19 +18,17 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/runs"
 )
 
 // BlockSize is the copy-on-write unit.
 const BlockSize = blockmap.BlockSize
 
-// Errors.
-var (
-	// ErrOutOfRange: a write past the volume's end.
-	ErrOutOfRange = errors.New("range outside the volume")
-	// ErrClosed: the volume was closed or deleted.
-	ErrClosed = errors.New("volume closed")
-)
+// ErrClosed: the volume was closed or deleted. It is no errdefs kind: no edge
+// answers it differently from any other failure (FUSE gives EIO). A range outside
+// the volume is errdefs.ErrOutOfRange (FUSE gives ENOSPC).
+var ErrClosed = errors.New("volume closed")
 
 // BaseReader reads the volume's base snapshot: verified bytes, holes and anything
 // past the base's end as zeros. The node gives each volume one (package prefetch's
@@ -228,7 +226,7 @@ func (v *Volume) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
 		return 0, ErrClosed
 	}
 	if off < 0 {
-		return 0, fmt.Errorf("read at %d: %w", off, ErrOutOfRange)
+		return 0, fmt.Errorf("read at %d: %w", off, errdefs.ErrOutOfRange)
 	}
 	if off >= v.meta.Size {
 		return 0, io.EOF
@@ -312,7 +310,7 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 	}
 	end := off + int64(len(p))
 	if off < 0 || end > v.meta.Size {
-		return 0, fmt.Errorf("write [%d, %d) of a %d-byte volume: %w", off, end, v.meta.Size, ErrOutOfRange)
+		return 0, fmt.Errorf("write [%d, %d) of a %d-byte volume: %w", off, end, v.meta.Size, errdefs.ErrOutOfRange)
 	}
 	v.writeMu.RLock()
 	defer v.writeMu.RUnlock()
@@ -423,7 +421,7 @@ func (v *Volume) Zero(ctx context.Context, off, n int64) error {
 	}
 	end := off + n
 	if off < 0 || end > v.meta.Size {
-		return fmt.Errorf("zero [%d, %d): %w", off, end, ErrOutOfRange)
+		return fmt.Errorf("zero [%d, %d): %w", off, end, errdefs.ErrOutOfRange)
 	}
 	// Partial blocks at either end are written; whole blocks are punched.
 	first := (off + BlockSize - 1) / BlockSize * BlockSize

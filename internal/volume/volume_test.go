@@ -13,6 +13,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/prefetch"
 	"github.com/slacker-dev/slacker/internal/store"
@@ -341,8 +342,11 @@ func TestCrashKeepsSyncedWrites(t *testing.T) {
 func TestWriteOutOfRange(t *testing.T) {
 	s := newStack(t, 1<<20)
 	v := s.clone(t, "a", "", 1<<20)
-	if _, err := v.WriteAt(context.Background(), []byte("x"), 1<<20); err == nil {
-		t.Fatal("write past the end accepted")
+	if _, err := v.WriteAt(context.Background(), []byte("x"), 1<<20); errdefs.KindOf(err) != errdefs.OutOfRange {
+		t.Fatalf("write past the end: %v, want errdefs.ErrOutOfRange", err)
+	}
+	if err := v.Zero(context.Background(), 1<<20-4096, 8192); errdefs.KindOf(err) != errdefs.OutOfRange {
+		t.Fatalf("zero past the end: %v, want errdefs.ErrOutOfRange", err)
 	}
 	n, err := v.ReadAt(context.Background(), make([]byte, 10), 1<<20-4)
 	if n != 4 || err == nil {

@@ -22,6 +22,7 @@ import (
 	"github.com/slacker-dev/slacker/bench/eval"
 	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/runc"
 )
 
@@ -279,7 +280,7 @@ func (l *slackerLauncher) remove(ctx context.Context, id string) error {
 	exec.CommandContext(ctx, "runc", "--root", l.runcRoot(), "delete", "-f", id).Run()
 	var err error
 	for try := 0; try < 20; try++ {
-		if err = l.sys.Client().DeleteVolume(ctx, id); err == nil || errors.Is(err, api.ErrNotFound) {
+		if err = l.sys.Client().DeleteVolume(ctx, id); err == nil || errors.Is(err, errdefs.ErrNotFound) {
 			err = nil
 			break
 		}

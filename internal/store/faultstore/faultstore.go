@@ -3,7 +3,6 @@ package faultstore
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"sync"
@@ -12,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -58,15 +58,15 @@ type Fault struct {
 	// context's error) or the fault is removed (the call then goes ahead).
 	Hang bool
 	// Err fails the call with an error wrapping Err, without reaching the inner
-	// store. store.ErrUnavailable is a store that is gone.
+	// store. errdefs.ErrUnavailable is a store that is gone.
 	Err error
 	// Cut lets a transfer start and breaks it in the middle: Get serves half the
-	// object, then its reader fails with store.ErrUnavailable; Put reads half of its
-	// input, stores nothing and fails with store.ErrUnavailable.
+	// object, then its reader fails with errdefs.ErrUnavailable; Put reads half of its
+	// input, stores nothing and fails with errdefs.ErrUnavailable.
 	Cut bool
 	// Corrupt makes the object read as if its stored bytes were damaged, as a
-	// conforming backend reports it: Get's reader fails with store.ErrCorrupt at
-	// the end, GetRange fails with store.ErrCorrupt.
+	// conforming backend reports it: Get's reader fails with errdefs.ErrCorrupt at
+	// the end, GetRange fails with errdefs.ErrCorrupt.
 	Corrupt bool
 	// Times fires the fault at most this many times (zero: every time).
 	Times int
@@ -243,7 +243,7 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 	}
 	if a != nil && a.Cut {
 		io.CopyN(io.Discard, r, size/2)
-		return fmt.Errorf("faultstore put %s: connection cut after %d of %d bytes: %w", d, size/2, size, store.ErrUnavailable)
+		return fmt.Errorf("faultstore put %s: connection cut after %d of %d bytes: store %w", d, size/2, size, errdefs.ErrUnavailable)
 	}
 	return s.inner.Put(ctx, d, size, r)
 }
@@ -270,7 +270,7 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 		return io.NopCloser(store.VerifyingReader(bytes.NewReader(bad), d, int64(len(b)))), nil
 	}
 	return io.NopCloser(io.MultiReader(bytes.NewReader(b[:len(b)/2]), errReader{
-		fmt.Errorf("faultstore get %s: connection cut after %d of %d bytes: %w", d, len(b)/2, len(b), store.ErrUnavailable)})), nil
+		fmt.Errorf("faultstore get %s: connection cut after %d of %d bytes: store %w", d, len(b)/2, len(b), errdefs.ErrUnavailable)})), nil
 }
 
 type errReader struct{ err error }
@@ -283,10 +283,10 @@ func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64
 		return nil, err
 	}
 	if a != nil && a.Corrupt {
-		return nil, fmt.Errorf("faultstore get %s: injected damage: %w", d, store.ErrCorrupt)
+		return nil, fmt.Errorf("faultstore get %s: injected damage: object %w", d, errdefs.ErrCorrupt)
 	}
 	if a != nil && a.Cut {
-		return nil, fmt.Errorf("faultstore get %s [%d, +%d): connection cut: %w", d, off, length, store.ErrUnavailable)
+		return nil, fmt.Errorf("faultstore get %s [%d, +%d): connection cut: store %w", d, off, length, errdefs.ErrUnavailable)
 	}
 	return s.inner.GetRange(ctx, d, off, length)
 }
@@ -324,11 +324,11 @@ func Only(ds ...digest.Digest) func(digest.Digest) bool {
 var _ store.Refs = (*Store)(nil)
 
 // refs returns the inner store's records, or an error wrapping
-// errors.ErrUnsupported.
+// errdefs.ErrUnsupported.
 func (s *Store) refs() (store.Refs, error) {
 	r, ok := s.inner.(store.Refs)
 	if !ok {
-		return nil, fmt.Errorf("faultstore: the inner store keeps no records: %w", errors.ErrUnsupported)
+		return nil, fmt.Errorf("faultstore: the inner store keeps no records: %w", errdefs.ErrUnsupported)
 	}
 	return r, nil
 }

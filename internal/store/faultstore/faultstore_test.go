@@ -11,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
@@ -55,16 +56,16 @@ func TestFaults(t *testing.T) {
 		wantPut             error // Put of a new object
 	}{
 		{name: "no fault"},
-		{name: "store gone", fault: Fault{Err: store.ErrUnavailable},
-			wantData: store.ErrUnavailable, wantOther: store.ErrUnavailable, wantPut: store.ErrUnavailable},
-		{name: "one object missing", fault: Fault{Ops: Reads, Match: Only(digest.FromBytes(data)), Err: store.ErrNotFound},
-			wantData: store.ErrNotFound},
+		{name: "store gone", fault: Fault{Err: errdefs.ErrUnavailable},
+			wantData: errdefs.ErrUnavailable, wantOther: errdefs.ErrUnavailable, wantPut: errdefs.ErrUnavailable},
+		{name: "one object missing", fault: Fault{Ops: Reads, Match: Only(digest.FromBytes(data)), Err: errdefs.ErrNotFound},
+			wantData: errdefs.ErrNotFound},
 		{name: "transfer cut", fault: Fault{Ops: OpGet | OpPut, Cut: true},
-			wantData: store.ErrUnavailable, wantOther: store.ErrUnavailable, wantPut: store.ErrUnavailable},
+			wantData: errdefs.ErrUnavailable, wantOther: errdefs.ErrUnavailable, wantPut: errdefs.ErrUnavailable},
 		{name: "corrupt reads", fault: Fault{Ops: OpGet, Corrupt: true},
-			wantData: store.ErrCorrupt, wantOther: store.ErrCorrupt},
-		{name: "writes fail, reads work", fault: Fault{Ops: OpPut, Err: store.ErrUnavailable},
-			wantPut: store.ErrUnavailable},
+			wantData: errdefs.ErrCorrupt, wantOther: errdefs.ErrCorrupt},
+		{name: "writes fail, reads work", fault: Fault{Ops: OpPut, Err: errdefs.ErrUnavailable},
+			wantPut: errdefs.ErrUnavailable},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -108,7 +109,7 @@ func TestTimesAndSkip(t *testing.T) {
 	inner := newLocal(t)
 	d, _ := store.PutBytes(ctx, inner, []byte("x"))
 	s := New(inner)
-	s.Inject(Fault{Ops: OpStat, Skip: 1, Times: 2, Err: store.ErrUnavailable})
+	s.Inject(Fault{Ops: OpStat, Skip: 1, Times: 2, Err: errdefs.ErrUnavailable})
 	var got []bool
 	for range 5 {
 		_, err := s.Stat(ctx, d)
@@ -148,7 +149,7 @@ func TestHangUntilContextOrRemoval(t *testing.T) {
 	for s.Calls(OpGet) == 0 {
 		time.Sleep(time.Millisecond)
 	}
-	s.Inject(Fault{Ops: OpDelete, Err: store.ErrUnavailable})()
+	s.Inject(Fault{Ops: OpDelete, Err: errdefs.ErrUnavailable})()
 	select {
 	case err := <-done:
 		t.Fatalf("hung get returned early: %v", err)

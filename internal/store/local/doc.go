@@ -7,7 +7,7 @@
 // file there, which nothing reads.
 // Every read is verified against the object's digest: Get hashes as it streams and
 // GetRange reads and hashes the whole object before returning the range. A file whose
-// bytes no longer match its name is reported as store.ErrCorrupt, never served.
+// bytes no longer match its name is reported as errdefs.ErrCorrupt, never served.
 //
 // The directory may be shared by several processes on one machine; nothing here holds
 // a lock across calls.

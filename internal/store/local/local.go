@@ -13,6 +13,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -48,7 +49,7 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("put %s: negative size %d: %w", d, size, store.ErrInvalid)
+		return fmt.Errorf("put %s: negative size %d: %w", d, size, errdefs.ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
@@ -104,7 +105,7 @@ func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64
 		return nil, err
 	}
 	if off < 0 || length < 0 || off+length > int64(len(b)) {
-		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), store.ErrInvalid)
+		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), errdefs.ErrInvalid)
 	}
 	return b[off : off+length : off+length], nil
 }
@@ -169,7 +170,7 @@ func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
 
 func mapErr(err error) error {
 	if errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("%w (%v)", store.ErrNotFound, err)
+		return fmt.Errorf("object %w (%v)", errdefs.ErrNotFound, err)
 	}
 	return err
 }

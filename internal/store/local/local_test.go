@@ -11,6 +11,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/atomicfile/atomicfiletest"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
 )
@@ -94,7 +95,7 @@ func TestFailedWriteKeepsOldState(t *testing.T) {
 				if err := s.Put(ctx, d, int64(len(obj)), bytes.NewReader(obj)); !errors.Is(err, want) {
 					t.Errorf("Put: %v, want %v", err, want)
 				}
-				if _, err := s.Stat(ctx, d); !errors.Is(err, store.ErrNotFound) {
+				if _, err := s.Stat(ctx, d); !errors.Is(err, errdefs.ErrNotFound) {
 					t.Errorf("Stat after the failed Put: %v, want not found", err)
 				}
 				n := 0

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -27,7 +28,7 @@ func (s *Store) PutRef(ctx context.Context, name string, b []byte) error {
 		return err
 	}
 	if len(b) > store.MaxRefSize {
-		return fmt.Errorf("put record %s: %d bytes, more than %d: %w", name, len(b), store.MaxRefSize, store.ErrInvalid)
+		return fmt.Errorf("put record %s: %d bytes, more than %d: %w", name, len(b), store.MaxRefSize, errdefs.ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put record %s: %w", name, err)
@@ -60,7 +61,7 @@ func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
 		return nil, fmt.Errorf("get record %s: %w", name, err)
 	}
 	if len(b) > store.MaxRefSize {
-		return nil, fmt.Errorf("get record %s: more than %d bytes: %w", name, store.MaxRefSize, store.ErrCorrupt)
+		return nil, fmt.Errorf("get record %s: more than %d bytes: object %w", name, store.MaxRefSize, errdefs.ErrCorrupt)
 	}
 	return b, nil
 }

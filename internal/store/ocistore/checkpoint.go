@@ -14,6 +14,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -59,7 +60,7 @@ func encodeCheckpoint(packs []*pack) []byte {
 // decodeCheckpoint parses a checkpoint; every pack in it must be well formed.
 func decodeCheckpoint(b []byte) ([]*pack, error) {
 	if len(b) > MaxCheckpointSize {
-		return nil, fmt.Errorf("checkpoint of %d bytes over %d: %w", len(b), MaxCheckpointSize, store.ErrCorrupt)
+		return nil, fmt.Errorf("checkpoint of %d bytes over %d: object %w", len(b), MaxCheckpointSize, errdefs.ErrCorrupt)
 	}
 	var packs []*pack
 	for n, line := range strings.Split(strings.TrimSuffix(string(b), "\n"), "\n") {
@@ -68,13 +69,13 @@ func decodeCheckpoint(b []byte) ([]*pack, error) {
 		}
 		f := strings.Split(line, " ")
 		if len(f) != 4 {
-			return nil, fmt.Errorf("checkpoint line %d: %d fields: %w", n+1, len(f), store.ErrCorrupt)
+			return nil, fmt.Errorf("checkpoint line %d: %d fields: object %w", n+1, len(f), errdefs.ErrCorrupt)
 		}
 		blob := digest.NewDigestFromEncoded(digest.SHA256, f[0])
 		size, err1 := strconv.ParseInt(f[1], 10, 64)
 		created, err2 := strconv.ParseInt(f[2], 10, 64)
 		if blob.Validate() != nil || err1 != nil || err2 != nil || size < 0 || strconv.FormatInt(size, 10) != f[1] {
-			return nil, fmt.Errorf("checkpoint line %d: bad pack %q: %w", n+1, truncate(line), store.ErrCorrupt)
+			return nil, fmt.Errorf("checkpoint line %d: bad pack %q: object %w", n+1, truncate(line), errdefs.ErrCorrupt)
 		}
 		entries, err := parseObjects(blob, size, f[3])
 		if err != nil {
@@ -123,7 +124,7 @@ func (s *Store) readCheckpoint(ctx context.Context, tag string) ([]*pack, error)
 	if err := json.Unmarshal(mb, &m); err != nil || m.ArtifactType != IndexMediaType || len(m.Layers) != 1 ||
 		store.CheckDigest(m.Layers[0].Digest) != nil || m.Layers[0].Size <= 0 || m.Layers[0].Size > MaxCheckpointSize ||
 		indexTag(m.Layers[0].Digest) != tag {
-		return nil, fmt.Errorf("checkpoint %s: not a Slacker index: %w", tag, store.ErrCorrupt)
+		return nil, fmt.Errorf("checkpoint %s: not a Slacker index: object %w", tag, errdefs.ErrCorrupt)
 	}
 	l := m.Layers[0]
 	rc, err := s.c.readRange(ctx, l.Digest, 0, l.Size)

@@ -21,7 +21,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/distribution"
-	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
 // client speaks the OCI distribution API to one repository, through
@@ -154,7 +154,7 @@ func retryableAnswer(err error) bool {
 // headBlob reports whether the repository has blob d.
 func (c *client) headBlob(ctx context.Context, d digest.Digest) (bool, error) {
 	resp, err := c.do(ctx, "head blob "+d.String(), http.MethodHead, c.url("blobs/"+d.String()), nil, nil, http.StatusOK)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return false, nil
 	}
 	if err != nil {
@@ -168,7 +168,7 @@ func (c *client) headBlob(ctx context.Context, d digest.Digest) (bool, error) {
 // registry checks the digest before the blob exists.
 func (c *client) uploadBlob(ctx context.Context, d digest.Digest, b []byte) error {
 	err := c.uploadBlobOnce(ctx, d, b)
-	if errors.Is(err, store.ErrUnavailable) && ctx.Err() == nil {
+	if errors.Is(err, errdefs.ErrUnavailable) && ctx.Err() == nil {
 		// An upload session does not survive a failed PUT (a token that expired
 		// mid-request, a cut connection): start a new one.
 		err = c.uploadBlobOnce(ctx, d, b)
@@ -185,7 +185,7 @@ func (c *client) uploadBlobOnce(ctx context.Context, d digest.Digest, b []byte) 
 	resp.Body.Close()
 	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
 	if err != nil || resp.Header.Get("Location") == "" {
-		return fmt.Errorf("%s: upload location %q: %w", op, resp.Header.Get("Location"), store.ErrUnavailable)
+		return fmt.Errorf("%s: upload location %q: store %w", op, resp.Header.Get("Location"), errdefs.ErrUnavailable)
 	}
 	q := loc.Query()
 	q.Set("digest", d.String())
@@ -210,7 +210,7 @@ func (c *client) uploadBlobStream(ctx context.Context, d digest.Digest, size int
 	resp.Body.Close()
 	loc, err := resp.Request.URL.Parse(resp.Header.Get("Location"))
 	if err != nil || resp.Header.Get("Location") == "" {
-		return fmt.Errorf("%s: upload location %q: %w", op, resp.Header.Get("Location"), store.ErrUnavailable)
+		return fmt.Errorf("%s: upload location %q: store %w", op, resp.Header.Get("Location"), errdefs.ErrUnavailable)
 	}
 	q := loc.Query()
 	q.Set("digest", d.String())
@@ -227,7 +227,7 @@ func (c *client) uploadBlobStream(ctx context.Context, d digest.Digest, size int
 	req.ContentLength = size
 	req.Header.Set("Content-Type", "application/octet-stream")
 	resp, err = hc.Do(req)
-	if rerr := rr.failure(); rerr != nil && errors.Is(rerr, store.ErrCorrupt) {
+	if rerr := rr.failure(); rerr != nil && errors.Is(rerr, errdefs.ErrCorrupt) {
 		if resp != nil {
 			resp.Body.Close()
 		}
@@ -294,7 +294,7 @@ func (c *client) readRange(ctx context.Context, d digest.Digest, off, n int64) (
 		start, ok := contentRangeStart(resp.Header.Get("Content-Range"))
 		if !ok || start != off {
 			resp.Body.Close()
-			return nil, fmt.Errorf("%s: answered range %q: %w", op, resp.Header.Get("Content-Range"), store.ErrUnavailable)
+			return nil, fmt.Errorf("%s: answered range %q: store %w", op, resp.Header.Get("Content-Range"), errdefs.ErrUnavailable)
 		}
 		return readCloser{io.LimitReader(resp.Body, n), resp.Body}, nil
 	}
@@ -326,7 +326,7 @@ type readCloser struct {
 // deleteBlob unlinks blob d from the repository; an absent blob is not an error.
 func (c *client) deleteBlob(ctx context.Context, d digest.Digest) error {
 	resp, err := c.do(ctx, "delete blob "+d.String(), http.MethodDelete, c.url("blobs/"+d.String()), nil, nil, http.StatusAccepted, http.StatusOK)
-	if errors.Is(err, store.ErrNotFound) {
+	if errors.Is(err, errdefs.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
@@ -373,7 +373,7 @@ func (c *client) manifestDigest(ctx context.Context, tag string) (digest.Digest,
 	resp.Body.Close()
 	d, err := digest.Parse(resp.Header.Get("Docker-Content-Digest"))
 	if err != nil {
-		return "", fmt.Errorf("head manifest %s: no digest in the answer: %w", tag, store.ErrUnavailable)
+		return "", fmt.Errorf("head manifest %s: no digest in the answer: store %w", tag, errdefs.ErrUnavailable)
 	}
 	return d, nil
 }
@@ -396,7 +396,7 @@ func (c *client) tags(ctx context.Context) ([]string, error) {
 	u := c.url("tags/list?n=10000")
 	for u != "" {
 		resp, err := c.do(ctx, "list tags", http.MethodGet, u, nil, nil, http.StatusOK)
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			return all, nil
 		}
 		if err != nil {
@@ -440,34 +440,34 @@ func (c *client) mapErr(ctx context.Context, op string, err error) error {
 	var terr *transport.Error
 	if errors.As(err, &terr) {
 		if distribution.LinkRace(terr) {
-			return fmt.Errorf("%s: %w: the registry could not read a blob the manifest names (%v)", op, store.ErrUnavailable, err)
+			return fmt.Errorf("%s: store %w: the registry could not read a blob the manifest names (%v)", op, errdefs.ErrUnavailable, err)
 		}
 		for _, d := range terr.Errors {
 			switch d.Code {
 			case transport.BlobUnknownErrorCode, transport.ManifestUnknownErrorCode, transport.NameUnknownErrorCode:
-				return fmt.Errorf("%s: %w (%s)", op, store.ErrNotFound, d.Code)
+				return fmt.Errorf("%s: object %w (%s)", op, errdefs.ErrNotFound, d.Code)
 			case transport.DigestInvalidErrorCode, transport.SizeInvalidErrorCode:
-				return fmt.Errorf("%s: the registry refused the bytes: %w (%s)", op, store.ErrCorrupt, d.Code)
+				return fmt.Errorf("%s: the registry refused the bytes: object %w (%s)", op, errdefs.ErrCorrupt, d.Code)
 			case transport.UnsupportedErrorCode:
 				return fmt.Errorf("%s: the registry does not allow it (%s: %s); deleting needs storage.delete.enabled in its configuration", op, d.Code, d.Message)
 			case transport.BlobUploadUnknownErrorCode, transport.BlobUploadInvalidErrorCode:
-				return fmt.Errorf("%s: %w: the upload session is gone (%s)", op, store.ErrUnavailable, d.Code)
+				return fmt.Errorf("%s: store %w: the upload session is gone (%s)", op, errdefs.ErrUnavailable, d.Code)
 			case transport.TooManyRequestsErrorCode, transport.UnavailableErrorCode:
-				return fmt.Errorf("%s: %w (%s)", op, store.ErrUnavailable, d.Code)
+				return fmt.Errorf("%s: store %w (%s)", op, errdefs.ErrUnavailable, d.Code)
 			}
 		}
 		switch {
 		case terr.StatusCode == http.StatusNotFound:
-			return fmt.Errorf("%s: %w", op, store.ErrNotFound)
+			return fmt.Errorf("%s: object %w", op, errdefs.ErrNotFound)
 		case terr.StatusCode == http.StatusRequestedRangeNotSatisfiable:
-			return fmt.Errorf("%s: %w: %v", op, store.ErrInvalid, err)
+			return fmt.Errorf("%s: %w: %v", op, errdefs.ErrInvalid, err)
 		case terr.StatusCode == http.StatusUnauthorized || terr.StatusCode == http.StatusForbidden:
 			return fmt.Errorf("%s: access denied by the registry %s (log in with `docker login`; credentials are read from the Docker config): %v", op, c.repo.RegistryStr(), err)
 		case terr.StatusCode >= 500 || terr.StatusCode == http.StatusTooManyRequests || terr.StatusCode == http.StatusRequestTimeout:
-			return fmt.Errorf("%s: %w: %v", op, store.ErrUnavailable, err)
+			return fmt.Errorf("%s: store %w: %v", op, errdefs.ErrUnavailable, err)
 		}
 		return fmt.Errorf("%s: registry %s: %v", op, c.repo.RegistryStr(), err)
 	}
 	// Connection refused or reset, a timeout, a body cut short: transient.
-	return fmt.Errorf("%s: %w: registry %s: %v", op, store.ErrUnavailable, c.repo.RegistryStr(), err)
+	return fmt.Errorf("%s: store %w: registry %s: %v", op, errdefs.ErrUnavailable, c.repo.RegistryStr(), err)
 }

@@ -50,8 +50,8 @@
 // and token auth (tokens renewed on 401), through go-containerregistry's transport,
 // made on first use so a store opens while its registry is away. Native errors are
 // mapped once (client.mapErr): unknown blob, manifest or repository to
-// store.ErrNotFound, a digest the registry refuses to store.ErrCorrupt, network
-// failures, timeouts, 5xx and 429 to store.ErrUnavailable, 401/403 to an access
+// errdefs.ErrNotFound, a digest the registry refuses to errdefs.ErrCorrupt, network
+// failures, timeouts, 5xx and 429 to errdefs.ErrUnavailable, 401/403 to an access
 // denied error that says to log in. Every call is bounded by its ctx and Timeout.
 // Every request is idempotent, so the client retries (client.do, a few times
 // within about half a second) an answer a repeat may not get: 5xx, 429, and the

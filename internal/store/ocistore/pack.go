@@ -11,6 +11,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -84,7 +85,7 @@ func encodeManifest(blob digest.Digest, entries []entry, created time.Time) ([]b
 		return nil, err
 	}
 	if len(out) > MaxManifestSize {
-		return nil, fmt.Errorf("pack %s: manifest of %d bytes over %d: %w", blob, len(out), MaxManifestSize, store.ErrInvalid)
+		return nil, fmt.Errorf("pack %s: manifest of %d bytes over %d: %w", blob, len(out), MaxManifestSize, errdefs.ErrInvalid)
 	}
 	return out, nil
 }
@@ -93,18 +94,18 @@ func encodeManifest(blob digest.Digest, entries []entry, created time.Time) ([]b
 // the registry, so nothing is trusted: the objects must tile the blob exactly.
 func decodeManifest(b []byte) (*pack, error) {
 	if len(b) > MaxManifestSize {
-		return nil, fmt.Errorf("pack manifest of %d bytes over %d: %w", len(b), MaxManifestSize, store.ErrCorrupt)
+		return nil, fmt.Errorf("pack manifest of %d bytes over %d: object %w", len(b), MaxManifestSize, errdefs.ErrCorrupt)
 	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("pack manifest: %v: %w", err, store.ErrCorrupt)
+		return nil, fmt.Errorf("pack manifest: %v: object %w", err, errdefs.ErrCorrupt)
 	}
 	if m.SchemaVersion != 2 || m.ArtifactType != PackMediaType || len(m.Layers) != 1 || m.Layers[0].MediaType != PackMediaType {
-		return nil, fmt.Errorf("pack manifest: not a Slacker pack (artifact type %q, %d layers): %w", m.ArtifactType, len(m.Layers), store.ErrCorrupt)
+		return nil, fmt.Errorf("pack manifest: not a Slacker pack (artifact type %q, %d layers): object %w", m.ArtifactType, len(m.Layers), errdefs.ErrCorrupt)
 	}
 	l := m.Layers[0]
 	if store.CheckDigest(l.Digest) != nil || l.Size < 0 {
-		return nil, fmt.Errorf("pack manifest: pack blob %q of %d bytes: %w", l.Digest, l.Size, store.ErrCorrupt)
+		return nil, fmt.Errorf("pack manifest: pack blob %q of %d bytes: object %w", l.Digest, l.Size, errdefs.ErrCorrupt)
 	}
 	p := &pack{blob: l.Digest, size: l.Size, manifest: digest.FromBytes(b)}
 	if t, err := time.Parse(time.RFC3339, m.Annotations[ocispec.AnnotationCreated]); err == nil {
@@ -122,7 +123,7 @@ func decodeManifest(b []byte) (*pack, error) {
 // size bytes of pack blob exactly.
 func parseObjects(blob digest.Digest, size int64, list string) ([]entry, error) {
 	if list == "" {
-		return nil, fmt.Errorf("pack %s: no objects: %w", blob, store.ErrCorrupt)
+		return nil, fmt.Errorf("pack %s: no objects: object %w", blob, errdefs.ErrCorrupt)
 	}
 	var entries []entry
 	var off int64
@@ -131,13 +132,13 @@ func parseObjects(blob digest.Digest, size int64, list string) ([]entry, error) 
 		d := digest.NewDigestFromEncoded(digest.SHA256, hex)
 		n, err := strconv.ParseInt(sz, 10, 64)
 		if !ok || d.Validate() != nil || err != nil || n < 0 || n > size-off || strconv.FormatInt(n, 10) != sz {
-			return nil, fmt.Errorf("pack %s: bad object %q at %d: %w", blob, truncate(item), off, store.ErrCorrupt)
+			return nil, fmt.Errorf("pack %s: bad object %q at %d: object %w", blob, truncate(item), off, errdefs.ErrCorrupt)
 		}
 		entries = append(entries, entry{d: d, off: off, size: n})
 		off += n
 	}
 	if off != size {
-		return nil, fmt.Errorf("pack %s: objects cover %d of its %d bytes: %w", blob, off, size, store.ErrCorrupt)
+		return nil, fmt.Errorf("pack %s: objects cover %d of its %d bytes: object %w", blob, off, size, errdefs.ErrCorrupt)
 	}
 	return entries, nil
 }

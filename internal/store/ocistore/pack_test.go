@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -51,7 +52,7 @@ func TestDecodeManifestRefuses(t *testing.T) {
 		"bad blob digest": strings.Replace(string(good), digest.FromString("blob").String(), "sha256:1234", 1),
 		"too big":         string(good) + strings.Repeat(" ", MaxManifestSize),
 	} {
-		if _, err := decodeManifest([]byte(b)); !errors.Is(err, store.ErrCorrupt) {
+		if _, err := decodeManifest([]byte(b)); !errors.Is(err, errdefs.ErrCorrupt) {
 			t.Errorf("%s: %v, want ErrCorrupt", name, err)
 		}
 	}
@@ -75,7 +76,7 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, err := decodeManifest(b)
 		if err != nil {
-			if !errors.Is(err, store.ErrCorrupt) {
+			if !errors.Is(err, errdefs.ErrCorrupt) {
 				t.Fatalf("error not ErrCorrupt: %v", err)
 			}
 			return
@@ -109,7 +110,7 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		ps, err := decodeCheckpoint(b)
 		if err != nil {
-			if !errors.Is(err, store.ErrCorrupt) {
+			if !errors.Is(err, errdefs.ErrCorrupt) {
 				t.Fatalf("error not ErrCorrupt: %v", err)
 			}
 			return

@@ -17,6 +17,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -55,7 +56,7 @@ func (s *Store) PutRef(ctx context.Context, name string, b []byte) error {
 		return err
 	}
 	if len(b) > store.MaxRefSize {
-		return fmt.Errorf("put record %s: %d bytes, more than %d: %w", name, len(b), store.MaxRefSize, store.ErrInvalid)
+		return fmt.Errorf("put record %s: %d bytes, more than %d: %w", name, len(b), store.MaxRefSize, errdefs.ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put record %s: %w", name, err)
@@ -106,7 +107,7 @@ func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
 		return nil, fmt.Errorf("get record %s: %w", name, err)
 	}
 	if m.Annotations[labels.RefName] != name {
-		return nil, fmt.Errorf("get record %s: the registry's record is named %q: %w", name, m.Annotations[labels.RefName], store.ErrCorrupt)
+		return nil, fmt.Errorf("get record %s: the registry's record is named %q: object %w", name, m.Annotations[labels.RefName], errdefs.ErrCorrupt)
 	}
 	l := m.Layers[0]
 	if l.Size == 0 {
@@ -119,7 +120,7 @@ func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
 	defer rc.Close()
 	b, err := io.ReadAll(store.VerifyingReader(rc, l.Digest, l.Size))
 	if err != nil {
-		if !errors.Is(err, store.ErrCorrupt) {
+		if !errors.Is(err, errdefs.ErrCorrupt) {
 			err = s.c.mapErr(cctx, "read record", err)
 		}
 		return nil, fmt.Errorf("get record %s: %w", name, err)
@@ -136,7 +137,7 @@ func (s *Store) refManifest(ctx context.Context, tag string) (*ocispec.Manifest,
 	var m ocispec.Manifest
 	if err := json.Unmarshal(b, &m); err != nil || m.ArtifactType != RefMediaType || len(m.Layers) != 1 ||
 		store.CheckDigest(m.Layers[0].Digest) != nil || m.Layers[0].Size < 0 || m.Layers[0].Size > store.MaxRefSize {
-		return nil, fmt.Errorf("record manifest %s is not a Slacker record: %w", tag, store.ErrCorrupt)
+		return nil, fmt.Errorf("record manifest %s is not a Slacker record: object %w", tag, errdefs.ErrCorrupt)
 	}
 	return &m, nil
 }
@@ -166,7 +167,7 @@ func (s *Store) ListRefs(ctx context.Context, prefix string, fn func(name string
 	for _, t := range unknown {
 		g.Go(func() error {
 			m, err := s.refManifest(gctx, t)
-			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
+			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrCorrupt) {
 				return nil // deleted since the listing, or not ours
 			}
 			if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -321,8 +322,8 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	for _, tag := range newIdx {
 		g.Go(func() error {
 			ps, err := s.readCheckpoint(gctx, tag)
-			if errors.Is(err, store.ErrNotFound) || errors.Is(err, store.ErrCorrupt) {
-				if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrCorrupt) {
+				if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 					s.log.Warn("index-checkpoint-invalid", "tag", tag, "err", err)
 				}
 				return nil // merged away since the listing, or not to be trusted: read the packs
@@ -361,7 +362,7 @@ func (s *Store) refresh(ctx context.Context, start time.Time) error {
 	for i, tag := range fresh {
 		g.Go(func() error {
 			b, err := s.c.getManifest(gctx, tag)
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, errdefs.ErrNotFound) {
 				return nil // deleted since the listing
 			}
 			if err != nil {
@@ -461,7 +462,7 @@ func (s *Store) mergeLater(tags []string) {
 			if err == nil {
 				err = s.c.deleteManifest(ctx, md)
 			}
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				s.log.Warn("index-merge-delete-failed", "tag", t, "err", err)
 			}
 		}
@@ -507,7 +508,7 @@ func (s *Store) locate(ctx context.Context, d digest.Digest, stat bool) (locatio
 	if l, ok := s.lookup(d); ok {
 		return l, nil
 	}
-	return location{}, fmt.Errorf("%s: %w", d, store.ErrNotFound)
+	return location{}, fmt.Errorf("%s: object %w", d, errdefs.ErrNotFound)
 }
 
 func (s *Store) freshWithin(age time.Duration) bool {
@@ -535,7 +536,7 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 		}
 		cctx, cancel := s.bound(ctx)
 		rc, err := s.c.readRange(cctx, l.blob, l.off, l.size)
-		if errors.Is(err, store.ErrNotFound) && attempt == 0 {
+		if errors.Is(err, errdefs.ErrNotFound) && attempt == 0 {
 			// The pack went away (repacked by a Delete on some node): look again.
 			cancel()
 			s.dropPack(l.blob)
@@ -562,7 +563,7 @@ type getReader struct {
 
 func (g *getReader) Read(p []byte) (int, error) {
 	n, err := g.vr.Read(p)
-	if err != nil && err != io.EOF && !errors.Is(err, store.ErrCorrupt) {
+	if err != nil && err != io.EOF && !errors.Is(err, errdefs.ErrCorrupt) {
 		err = fmt.Errorf("get %s: %w", g.d, g.s.c.mapErr(g.ctx, "read", err))
 	}
 	return n, err
@@ -585,7 +586,7 @@ func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64
 		return nil, err
 	}
 	if off < 0 || length < 0 || off+length > int64(len(b)) {
-		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), store.ErrInvalid)
+		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), errdefs.ErrInvalid)
 	}
 	return b[off : off+length : off+length], nil
 }
@@ -670,7 +671,7 @@ func (s *Store) GetBatch(ctx context.Context, ds []digest.Digest, fn func(d dige
 			case err != nil:
 				report(d, nil, fmt.Errorf("get %s: %w", d, err))
 			case !ok:
-				report(d, nil, fmt.Errorf("get %s: %w", d, store.ErrNotFound))
+				report(d, nil, fmt.Errorf("get %s: object %w", d, errdefs.ErrNotFound))
 			default:
 				wants = append(wants, want{d, l})
 			}
@@ -705,7 +706,7 @@ func (s *Store) GetBatch(ctx context.Context, ds []digest.Digest, fn func(d dige
 	for _, sp := range spans {
 		g.Go(func() error {
 			buf, err := s.readSpan(gctx, sp.blob, sp.start, sp.end-sp.start)
-			if errors.Is(err, store.ErrNotFound) {
+			if errors.Is(err, errdefs.ErrNotFound) {
 				// The pack went away: read each object on its own, which looks again.
 				s.dropPack(sp.blob)
 				for _, w := range sp.objs {
@@ -777,7 +778,7 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("put %s: negative size %d: %w", d, size, store.ErrInvalid)
+		return fmt.Errorf("put %s: negative size %d: %w", d, size, errdefs.ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
@@ -1015,7 +1016,7 @@ func (s *Store) Delete(ctx context.Context, d digest.Digest) error {
 	}
 	s.mu.Unlock()
 	if len(holders) == 0 {
-		return fmt.Errorf("delete %s: %w", d, store.ErrNotFound)
+		return fmt.Errorf("delete %s: object %w", d, errdefs.ErrNotFound)
 	}
 	for _, p := range holders {
 		if err := s.repackWithout(ctx, p, d); err != nil {
@@ -1059,7 +1060,7 @@ func (s *Store) repackWithout(ctx context.Context, p *pack, d digest.Digest) err
 	if err == nil {
 		err = s.c.deleteManifest(cctx, md)
 	}
-	if err != nil && !errors.Is(err, store.ErrNotFound) {
+	if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("delete pack %s: %w", p.blob, err)
 	}
 	s.dropPack(p.blob)

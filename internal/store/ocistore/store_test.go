@@ -20,6 +20,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
@@ -264,7 +265,7 @@ func TestDeleteRepacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, st := range []*Store{a, b} {
-		if _, err := store.ReadAll(t.Context(), st, victim); !errors.Is(err, store.ErrNotFound) {
+		if _, err := store.ReadAll(t.Context(), st, victim); !errors.Is(err, errdefs.ErrNotFound) {
 			t.Fatalf("get of the deleted object: %v, want ErrNotFound", err)
 		}
 		for d, want := range objs {
@@ -280,12 +281,12 @@ func TestDeleteRepacks(t *testing.T) {
 	if after := len(packTags(t, a)); after != before {
 		t.Logf("packs: %d before, %d after", before, after)
 	}
-	if err := a.Delete(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+	if err := a.Delete(t.Context(), victim); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second delete: %v", err)
 	}
 	// A node with a stale positive answer sees the delete within MaxAge.
 	c := reopen(t, a, func(o *Options) { o.MaxAge = time.Millisecond })
-	if _, err := c.Stat(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+	if _, err := c.Stat(t.Context(), victim); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("stat on a third node: %v", err)
 	}
 }
@@ -324,7 +325,7 @@ func TestGetBatchCoalesces(t *testing.T) {
 		if _, dup := got[d]; dup {
 			t.Errorf("%s reported twice", d)
 		}
-		if errors.Is(err, store.ErrNotFound) {
+		if errors.Is(err, errdefs.ErrNotFound) {
 			missing++
 			got[d] = nil
 			return
@@ -352,7 +353,7 @@ func TestGetBatchCoalesces(t *testing.T) {
 	corrupt(t, r, victim)
 	bad := 0
 	r.GetBatch(t.Context(), ds[:8], func(d digest.Digest, b []byte, err error) {
-		if errors.Is(err, store.ErrCorrupt) {
+		if errors.Is(err, errdefs.ErrCorrupt) {
 			bad++
 			if d != victim {
 				t.Errorf("%s reported corrupt", d)
@@ -389,7 +390,7 @@ func TestHostilePackManifest(t *testing.T) {
 		t.Fatal(err)
 	}
 	other := reopen(t, s, nil)
-	if _, err := other.Stat(t.Context(), lie); !errors.Is(err, store.ErrNotFound) {
+	if _, err := other.Stat(t.Context(), lie); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("object of a lying manifest: %v, want ErrNotFound", err)
 	}
 	if _, err := other.Stat(t.Context(), good); err != nil {
@@ -409,10 +410,10 @@ func TestRegistryGone(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := digest.FromString("x")
-	if _, err := s.Get(t.Context(), d); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := s.Get(t.Context(), d); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("get: %v, want ErrUnavailable", err)
 	}
-	if err := s.Put(t.Context(), d, 1, strings.NewReader("x")); !errors.Is(err, store.ErrUnavailable) {
+	if err := s.Put(t.Context(), d, 1, strings.NewReader("x")); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("put: %v, want ErrUnavailable", err)
 	}
 }
@@ -447,7 +448,7 @@ func TestTokenAuthDockerConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = s.Stat(t.Context(), digest.FromString("x"))
-	if err == nil || errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "docker login") {
+	if err == nil || errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "docker login") {
 		t.Fatalf("with wrong credentials: %v; want access denied", err)
 	}
 }
@@ -557,7 +558,7 @@ func TestCheckpoints(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := reopen(t, a, nil)
-	if _, err := d.Stat(t.Context(), victim); !errors.Is(err, store.ErrNotFound) {
+	if _, err := d.Stat(t.Context(), victim); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("a deleted object came back from a checkpoint: %v", err)
 	}
 	for dg, want := range objs {

@@ -19,8 +19,8 @@
 // nothing on the read path.
 //
 // Every native error is mapped once, in mapErr: NoSuchKey (and a missing bucket) to
-// store.ErrNotFound, a hash mismatch to store.ErrCorrupt, network failures, timeouts,
-// 5xx and throttling to store.ErrUnavailable, and a cancelled or expired ctx to an
+// errdefs.ErrNotFound, a hash mismatch to errdefs.ErrCorrupt, network failures, timeouts,
+// 5xx and throttling to errdefs.ErrUnavailable, and a cancelled or expired ctx to an
 // error wrapping ctx.Err(). Access denied is reported as such (with what to check),
 // and is not a sentinel.
 //

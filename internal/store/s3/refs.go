@@ -11,6 +11,7 @@ import (
 
 	"github.com/minio/minio-go/v7"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -26,7 +27,7 @@ func (s *Store) PutRef(ctx context.Context, name string, b []byte) error {
 		return err
 	}
 	if len(b) > store.MaxRefSize {
-		return fmt.Errorf("put record %s: %d bytes, more than %d: %w", name, len(b), store.MaxRefSize, store.ErrInvalid)
+		return fmt.Errorf("put record %s: %d bytes, more than %d: %w", name, len(b), store.MaxRefSize, errdefs.ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put record %s: %w", name, err)
@@ -61,7 +62,7 @@ func (s *Store) GetRef(ctx context.Context, name string) ([]byte, error) {
 		return nil, fmt.Errorf("get record %s: %w", name, s.mapErr(ctx, cctx, err))
 	}
 	if len(b) > store.MaxRefSize {
-		return nil, fmt.Errorf("get record %s: more than %d bytes: %w", name, store.MaxRefSize, store.ErrCorrupt)
+		return nil, fmt.Errorf("get record %s: more than %d bytes: object %w", name, store.MaxRefSize, errdefs.ErrCorrupt)
 	}
 	return b, nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/minio/minio-go/v7/pkg/s3utils"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -168,7 +169,7 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 		return err
 	}
 	if size < 0 {
-		return fmt.Errorf("put %s: negative size %d: %w", d, size, store.ErrInvalid)
+		return fmt.Errorf("put %s: negative size %d: %w", d, size, errdefs.ErrInvalid)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
@@ -199,7 +200,7 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 	opts.SetMatchETagExcept("*")
 	_, err := s.core.PutObject(cctx, s.o.Bucket, s.Key(d), body, size, "", d.Encoded(), opts)
 	if vr != nil {
-		if verr := vr.failure(); verr != nil && errors.Is(verr, store.ErrCorrupt) {
+		if verr := vr.failure(); verr != nil && errors.Is(verr, errdefs.ErrCorrupt) {
 			return fmt.Errorf("put %s: %w", d, verr)
 		}
 	}
@@ -243,7 +244,7 @@ type getReader struct {
 
 func (g *getReader) Read(p []byte) (int, error) {
 	n, err := g.vr.Read(p)
-	if err != nil && err != io.EOF && !errors.Is(err, store.ErrCorrupt) {
+	if err != nil && err != io.EOF && !errors.Is(err, errdefs.ErrCorrupt) {
 		err = fmt.Errorf("get %s: %w", g.d, g.s.mapErr(g.ctx, g.cctx, err))
 	}
 	return n, err
@@ -265,7 +266,7 @@ func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64
 		return nil, err
 	}
 	if off < 0 || length < 0 || off+length > int64(len(b)) {
-		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), store.ErrInvalid)
+		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), errdefs.ErrInvalid)
 	}
 	return b[off : off+length : off+length], nil
 }
@@ -340,35 +341,35 @@ func (s *Store) mapErr(ctx, cctx context.Context, err error) error {
 		return fmt.Errorf("%w (%v)", cerr, err)
 	}
 	if errors.Is(cctx.Err(), context.DeadlineExceeded) {
-		return fmt.Errorf("%w: no answer from %s within %v: %v", store.ErrUnavailable, s.o.Endpoint, s.o.Timeout, err)
+		return fmt.Errorf("store %w: no answer from %s within %v: %v", errdefs.ErrUnavailable, s.o.Endpoint, s.o.Timeout, err)
 	}
 	var er minio.ErrorResponse
 	if !errors.As(err, &er) {
 		// Connection refused or reset, a timeout, a body cut short: transient.
-		return fmt.Errorf("%w: %s: %v", store.ErrUnavailable, s.o.Endpoint, err)
+		return fmt.Errorf("store %w: %s: %v", errdefs.ErrUnavailable, s.o.Endpoint, err)
 	}
 	switch er.Code {
 	case "NoSuchKey", "NotFound":
-		return fmt.Errorf("%w (%s)", store.ErrNotFound, er.Code)
+		return fmt.Errorf("object %w (%s)", errdefs.ErrNotFound, er.Code)
 	case "NoSuchBucket":
-		return fmt.Errorf("%w: bucket %q does not exist at %s (create it, or add create=1 to the store location)", store.ErrNotFound, s.o.Bucket, s.o.Endpoint)
+		return fmt.Errorf("object %w: bucket %q does not exist at %s (create it, or add create=1 to the store location)", errdefs.ErrNotFound, s.o.Bucket, s.o.Endpoint)
 	case "XAmzContentSHA256Mismatch", "BadDigest", "InvalidDigest", "IncompleteBody":
-		return fmt.Errorf("%w: the store refused the bytes: %s", store.ErrCorrupt, er.Code)
+		return fmt.Errorf("object %w: the store refused the bytes: %s", errdefs.ErrCorrupt, er.Code)
 	case "InvalidRange":
-		return fmt.Errorf("%w: %s", store.ErrInvalid, er.Code)
+		return fmt.Errorf("%w: %s", errdefs.ErrInvalid, er.Code)
 	case "AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken", "InvalidToken":
 		return fmt.Errorf("access denied by the S3 store at %s (%s: %s); check the credentials in the store location or AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY", s.o.Endpoint, er.Code, er.Message)
 	case "SlowDown", "RequestTimeout", "ServiceUnavailable", "InternalError", "RequestTimeTooSkewed", "XMinioServerNotInitialized",
 		"ConditionalRequestConflict": // a concurrent conditional PUT of the key: try again
-		return fmt.Errorf("%w: %s: %s", store.ErrUnavailable, er.Code, er.Message)
+		return fmt.Errorf("store %w: %s: %s", errdefs.ErrUnavailable, er.Code, er.Message)
 	}
 	switch {
 	case er.StatusCode == http.StatusNotFound:
-		return fmt.Errorf("%w (%s)", store.ErrNotFound, er.Code)
+		return fmt.Errorf("object %w (%s)", errdefs.ErrNotFound, er.Code)
 	case er.StatusCode == http.StatusUnauthorized || er.StatusCode == http.StatusForbidden:
 		return fmt.Errorf("access denied by the S3 store at %s (HTTP %d %s); check the credentials", s.o.Endpoint, er.StatusCode, er.Code)
 	case er.StatusCode >= 500 || er.StatusCode == http.StatusTooManyRequests || er.StatusCode == 0:
-		return fmt.Errorf("%w: HTTP %d %s: %s", store.ErrUnavailable, er.StatusCode, er.Code, er.Message)
+		return fmt.Errorf("store %w: HTTP %d %s: %s", errdefs.ErrUnavailable, er.StatusCode, er.Code, er.Message)
 	}
 	return fmt.Errorf("s3 %s: HTTP %d %s: %s", s.o.Endpoint, er.StatusCode, er.Code, er.Message)
 }

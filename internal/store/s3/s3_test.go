@@ -16,6 +16,7 @@ import (
 	"github.com/minio/minio-go/v7"
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
@@ -114,7 +115,7 @@ func TestServerRefusesWrongBody(t *testing.T) {
 	if err == nil {
 		t.Fatal("the server stored a body that does not match its signed hash")
 	}
-	if merr := s.mapErr(ctx, ctx, err); !errors.Is(merr, store.ErrCorrupt) {
+	if merr := s.mapErr(ctx, ctx, err); !errors.Is(merr, errdefs.ErrCorrupt) {
 		t.Fatalf("server refusal %v maps to %v, want ErrCorrupt", err, merr)
 	}
 	if ok, err := store.Exists(ctx, s, d); ok || err != nil {
@@ -133,7 +134,7 @@ func TestStreamedPut(t *testing.T) {
 	d := digest.FromBytes(b)
 	other := append([]byte(nil), b...)
 	other[len(other)-1] ^= 1
-	if err := s.Put(ctx, d, int64(len(other)), bytes.NewReader(other)); !errors.Is(err, store.ErrCorrupt) {
+	if err := s.Put(ctx, d, int64(len(other)), bytes.NewReader(other)); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("streamed put of wrong content: %v, want ErrCorrupt", err)
 	}
 	if ok, err := store.Exists(ctx, s, d); ok || err != nil {
@@ -180,7 +181,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wrong.Stat(ctx, d); err == nil || errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "credentials") {
+	if _, err := wrong.Stat(ctx, d); err == nil || errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "credentials") {
 		t.Errorf("stat with a wrong secret: %v; want access denied", err)
 	}
 	// A missing bucket: not found, with what to do.
@@ -188,7 +189,7 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := nob.Get(ctx, d); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "create=1") {
+	if _, err := nob.Get(ctx, d); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "create=1") {
 		t.Errorf("get from a missing bucket: %v", err)
 	}
 	// Nothing listening: unavailable.
@@ -202,10 +203,10 @@ func TestErrors(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := gone.Stat(ctx, d); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := gone.Stat(ctx, d); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("stat of a store that is not listening: %v, want ErrUnavailable", err)
 	}
-	if err := gone.Put(ctx, d, 8, strings.NewReader("anything")); !errors.Is(err, store.ErrUnavailable) {
+	if err := gone.Put(ctx, d, 8, strings.NewReader("anything")); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("put to a store that is not listening: %v, want ErrUnavailable", err)
 	}
 }
@@ -244,7 +245,7 @@ func TestDeadlines(t *testing.T) {
 		t.Fatal(err)
 	}
 	d := digest.FromString("x")
-	if _, err := s.Get(context.Background(), d); !errors.Is(err, store.ErrUnavailable) {
+	if _, err := s.Get(context.Background(), d); !errors.Is(err, errdefs.ErrUnavailable) {
 		t.Errorf("get from a hung server: %v, want ErrUnavailable", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)

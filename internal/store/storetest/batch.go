@@ -8,6 +8,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -50,10 +51,10 @@ func testBatchGet(t *testing.T, h Harness) {
 			t.Errorf("%s: reported %v (%v)", d, ok, err)
 		}
 	}
-	if !errors.Is(got[absent], store.ErrNotFound) {
+	if !errors.Is(got[absent], errdefs.ErrNotFound) {
 		t.Errorf("absent object: %v, want ErrNotFound", got[absent])
 	}
-	if !errors.Is(got["sha256:nope"], store.ErrInvalid) {
+	if !errors.Is(got["sha256:nope"], errdefs.ErrInvalid) {
 		t.Errorf("invalid digest: %v, want ErrInvalid", got["sha256:nope"])
 	}
 	if h.Corrupt == nil {
@@ -63,7 +64,7 @@ func testBatchGet(t *testing.T, h Harness) {
 	bad := 0
 	bg.GetBatch(ctx, ds[:10], func(d digest.Digest, b []byte, err error) {
 		switch {
-		case d == ds[5] && errors.Is(err, store.ErrCorrupt):
+		case d == ds[5] && errors.Is(err, errdefs.ErrCorrupt):
 			bad++
 		case err != nil:
 			t.Errorf("%s: %v", d, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/store"
 )
@@ -16,7 +17,7 @@ import (
 // RunFaults checks a network backend through a fault proxy: open makes a store
 // whose server is reached at addr (the proxy). Whatever the link does (server gone,
 // a transfer cut in the middle, a hang, 5xx answers), reads and writes fail with
-// store.ErrUnavailable or the caller's deadline, never ErrNotFound or wrong bytes;
+// errdefs.ErrUnavailable or the caller's deadline, never ErrNotFound or wrong bytes;
 // and once the link heals the same store works again, with nothing reopened.
 func RunFaults(t *testing.T, p *faultproxy.Proxy, open func(t *testing.T, addr string) store.Store) {
 	s := open(t, p.Addr())
@@ -34,7 +35,7 @@ func RunFaults(t *testing.T, p *faultproxy.Proxy, open func(t *testing.T, addr s
 	}
 	unavailable := func(what string, err error) {
 		t.Helper()
-		if !errors.Is(err, store.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
+		if !errors.Is(err, errdefs.ErrUnavailable) && !errors.Is(err, context.DeadlineExceeded) {
 			t.Errorf("%s: %v, want ErrUnavailable or DeadlineExceeded", what, err)
 		}
 	}

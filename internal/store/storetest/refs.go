@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -50,21 +51,21 @@ func testRefs(t *testing.T, h Harness) {
 		t.Skip("backend keeps no records")
 	}
 	ctx := context.Background()
-	if _, err := r.GetRef(ctx, "leases/a"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.GetRef(ctx, "leases/a"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("get of a missing record: %v, want ErrNotFound", err)
 	}
-	if err := r.DeleteRef(ctx, "leases/a"); !errors.Is(err, store.ErrNotFound) {
+	if err := r.DeleteRef(ctx, "leases/a"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("delete of a missing record: %v, want ErrNotFound", err)
 	}
 	for _, name := range []string{"", "/abs", "a//b", "../x", "a/../b", ".hidden", "UPPER", "a b", "a/"} {
-		if err := r.PutRef(ctx, name, []byte("x")); !errors.Is(err, store.ErrInvalid) {
+		if err := r.PutRef(ctx, name, []byte("x")); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("put record %q: %v, want ErrInvalid", name, err)
 		}
-		if _, err := r.GetRef(ctx, name); !errors.Is(err, store.ErrInvalid) {
+		if _, err := r.GetRef(ctx, name); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("get record %q: %v, want ErrInvalid", name, err)
 		}
 	}
-	if err := r.PutRef(ctx, "big", make([]byte, store.MaxRefSize+1)); !errors.Is(err, store.ErrInvalid) {
+	if err := r.PutRef(ctx, "big", make([]byte, store.MaxRefSize+1)); !errors.Is(err, errdefs.ErrInvalid) {
 		t.Errorf("put of a record over the bound: %v, want ErrInvalid", err)
 	}
 	want := map[string][]byte{"leases/a": []byte("one"), "leases/b": randBytes(t, 300<<10), "gc/state": []byte("{}"), "empty": nil}
@@ -129,7 +130,7 @@ func testRefs(t *testing.T, h Harness) {
 	if err := r.DeleteRef(ctx, "leases/a"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.GetRef(ctx, "leases/a"); !errors.Is(err, store.ErrNotFound) {
+	if _, err := r.GetRef(ctx, "leases/a"); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("get after delete: %v", err)
 	}
 	if got := fmt.Sprint(list("leases/")); got != "[leases/b]" {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 )
 
@@ -19,7 +20,7 @@ type Harness struct {
 	// New returns a fresh, empty store. Cleanup is the harness's job (t.Cleanup).
 	New func(t *testing.T) store.Store
 	// Corrupt, if set, flips bytes of the stored object d behind the store's back,
-	// keeping its size. The suite then checks that reads report store.ErrCorrupt.
+	// keeping its size. The suite then checks that reads report errdefs.ErrCorrupt.
 	Corrupt func(t *testing.T, s store.Store, d digest.Digest)
 }
 
@@ -114,7 +115,7 @@ func testPutWrongContent(t *testing.T, h Harness) {
 	d := digest.FromBytes(b)
 	other := randBytes(t, 5000)
 	err := s.Put(ctx, d, int64(len(other)), bytes.NewReader(other))
-	if !errors.Is(err, store.ErrCorrupt) {
+	if !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("put of wrong content: %v, want ErrCorrupt", err)
 	}
 	if ok, err := store.Exists(ctx, s, d); err != nil || ok {
@@ -129,7 +130,7 @@ func testPutWrongSize(t *testing.T, h Harness) {
 	d := digest.FromBytes(b)
 	for _, size := range []int64{4999, 5001} {
 		err := s.Put(ctx, d, size, bytes.NewReader(b))
-		if !errors.Is(err, store.ErrCorrupt) && !errors.Is(err, store.ErrInvalid) {
+		if !errors.Is(err, errdefs.ErrCorrupt) && !errors.Is(err, errdefs.ErrInvalid) {
 			t.Fatalf("put with size %d of a 5000-byte object: %v, want ErrCorrupt", size, err)
 		}
 		if ok, _ := store.Exists(ctx, s, d); ok {
@@ -142,13 +143,13 @@ func testInvalidDigest(t *testing.T, h Harness) {
 	s := h.New(t)
 	ctx := context.Background()
 	for _, d := range []digest.Digest{"", "sha256:abc", "md5:d41d8cd98f00b204e9800998ecf8427e", "sha256:../../../../etc/passwd"} {
-		if err := s.Put(ctx, d, 0, bytes.NewReader(nil)); !errors.Is(err, store.ErrInvalid) {
+		if err := s.Put(ctx, d, 0, bytes.NewReader(nil)); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("put %q: %v, want ErrInvalid", d, err)
 		}
-		if _, err := s.Get(ctx, d); !errors.Is(err, store.ErrInvalid) {
+		if _, err := s.Get(ctx, d); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("get %q: %v, want ErrInvalid", d, err)
 		}
-		if _, err := s.Stat(ctx, d); !errors.Is(err, store.ErrInvalid) {
+		if _, err := s.Stat(ctx, d); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("stat %q: %v, want ErrInvalid", d, err)
 		}
 	}
@@ -158,16 +159,16 @@ func testNotFound(t *testing.T, h Harness) {
 	s := h.New(t)
 	ctx := context.Background()
 	d := digest.FromString("never stored")
-	if _, err := s.Get(ctx, d); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Get(ctx, d); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("get: %v, want ErrNotFound", err)
 	}
-	if _, err := s.GetRange(ctx, d, 0, 1); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.GetRange(ctx, d, 0, 1); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("get range: %v, want ErrNotFound", err)
 	}
-	if _, err := s.Stat(ctx, d); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Stat(ctx, d); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("stat: %v, want ErrNotFound", err)
 	}
-	if err := s.Delete(ctx, d); !errors.Is(err, store.ErrNotFound) {
+	if err := s.Delete(ctx, d); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Errorf("delete: %v, want ErrNotFound", err)
 	}
 	if ok, err := store.Exists(ctx, s, d); ok || err != nil {
@@ -190,7 +191,7 @@ func testGetRange(t *testing.T, h Harness) {
 		}
 	}
 	for _, r := range [][2]int64{{-1, 1}, {0, 100001}, {100000, 1}, {5, -1}} {
-		if _, err := s.GetRange(ctx, d, r[0], r[1]); !errors.Is(err, store.ErrInvalid) {
+		if _, err := s.GetRange(ctx, d, r[0], r[1]); !errors.Is(err, errdefs.ErrInvalid) {
 			t.Errorf("range %v: %v, want ErrInvalid", r, err)
 		}
 	}
@@ -242,10 +243,10 @@ func testListDelete(t *testing.T, h Harness) {
 	if err := s.Delete(ctx, victim); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Stat(ctx, victim); !errors.Is(err, store.ErrNotFound) {
+	if _, err := s.Stat(ctx, victim); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("stat after delete: %v", err)
 	}
-	if err := s.Delete(ctx, victim); !errors.Is(err, store.ErrNotFound) {
+	if err := s.Delete(ctx, victim); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("second delete: %v, want ErrNotFound", err)
 	}
 	n := 0
@@ -284,7 +285,7 @@ func testConcurrentPutSame(t *testing.T, h Harness) {
 		go func() {
 			defer wg.Done()
 			got, err := store.ReadAll(ctx, s, d)
-			if err != nil && !errors.Is(err, store.ErrNotFound) {
+			if err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 				errs <- err
 				return
 			}
@@ -338,10 +339,10 @@ func testCorruption(t *testing.T, h Harness) {
 	b := randBytes(t, 64<<10)
 	d := put(t, s, b)
 	h.Corrupt(t, s, d)
-	if _, err := store.ReadAll(ctx, s, d); !errors.Is(err, store.ErrCorrupt) {
+	if _, err := store.ReadAll(ctx, s, d); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("get of corrupted object: %v, want ErrCorrupt", err)
 	}
-	if _, err := s.GetRange(ctx, d, 0, 10); !errors.Is(err, store.ErrCorrupt) {
+	if _, err := s.GetRange(ctx, d, 0, 10); !errors.Is(err, errdefs.ErrCorrupt) {
 		t.Fatalf("get range of corrupted object: %v, want ErrCorrupt", err)
 	}
 }
