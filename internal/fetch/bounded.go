@@ -2,10 +2,8 @@ package fetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -27,46 +25,12 @@ type bounded struct {
 	f *Fetcher
 }
 
-// retryable reports errors worth another attempt.
-func retryable(err error) bool {
-	return !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, errdefs.ErrInvalid) &&
-		!errors.Is(err, errdefs.ErrCorrupt) && !errors.Is(err, context.Canceled)
-}
-
-// do runs call with an attempt deadline, retrying until MaxWait.
+// do runs call with the one retry policy (retryable) within MaxWait.
 func (b bounded) do(ctx context.Context, what string, d digest.Digest, call func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.f.opts.MaxWait)
 	defer cancel()
-	delay := b.f.opts.Backoff
-	start := time.Now()
-	for attempt := 1; ; attempt++ {
-		actx, acancel := context.WithTimeout(ctx, b.f.opts.Attempt)
-		err := call(actx)
-		acancel()
-		if err == nil {
-			if attempt > 1 {
-				b.f.log.Info("store-call-recovered", "op", what, "object", d, "attempts", attempt, "waited", time.Since(start))
-			}
-			return nil
-		}
-		if !retryable(err) {
-			return err
-		}
-		if ctx.Err() != nil {
-			b.f.log.Error("store-call-failed", "op", what, "object", d, "attempts", attempt, "waited", time.Since(start), "err", err)
-			if errors.Is(context.Cause(ctx), context.Canceled) {
-				return err
-			}
-			return fmt.Errorf("%s %s: gave up after %d attempts in %v: store %w (last error: %v)",
-				what, d, attempt, time.Since(start).Round(time.Millisecond), errdefs.ErrUnavailable, err)
-		}
-		b.f.log.Warn("store-call-retry", "op", what, "object", d, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, b.f.opts.MaxBackoff)
-	}
+	_, err := b.f.retry(ctx, "store-call", what, d, call)
+	return err
 }
 
 func (b bounded) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {

@@ -31,7 +31,9 @@ func TestBoundedCalls(t *testing.T) {
 		{name: "cut twice, then through", fault: faultstore.Fault{Ops: faultstore.OpPut, Cut: true, Times: 2}, attempts: 3},
 		{name: "store gone", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrUnavailable}, want: errdefs.ErrUnavailable},
 		{name: "store hangs", fault: faultstore.Fault{Ops: faultstore.OpPut, Hang: true}, want: errdefs.ErrUnavailable},
-		{name: "content refused is final", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrCorrupt}, want: errdefs.ErrCorrupt, attempts: 1},
+		// The one retry policy (retry.go): a transfer damaged on the way is tried
+		// again, a few times, then reported as it is.
+		{name: "content refused is tried a few times", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrCorrupt}, want: errdefs.ErrCorrupt, attempts: maxCorruptAttempts},
 		{name: "one-pass reader gets one attempt", fault: faultstore.Fault{Ops: faultstore.OpPut, Err: errdefs.ErrUnavailable, Times: 1},
 			reader: func() io.Reader { return io.MultiReader(bytes.NewReader(data)) }, want: errdefs.ErrUnavailable, attempts: 1},
 	}

@@ -2,7 +2,6 @@ package fetch
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync/atomic"
@@ -75,14 +74,8 @@ func (f *Fetcher) Stats() Stats {
 	return Stats{FetchedBytes: f.fetched.Load(), Requests: f.requests.Load(), Retries: f.retries.Load(), Failures: f.failures.Load()}
 }
 
-// permanent reports errors that retrying cannot fix.
-func permanent(err error) bool {
-	return errors.Is(err, errdefs.ErrNotFound) || errors.Is(err, errdefs.ErrInvalid)
-}
-
-// Fetch returns the whole chunk c, verified against its digest and size. It retries
-// transient failures (and corrupt transfers) until MaxWait, then fails with an error
-// wrapping the last cause.
+// Fetch returns the whole chunk c, verified against its digest and size, with the
+// retries of the one policy (retryable) within MaxWait, slot included.
 func (f *Fetcher) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, f.opts.MaxWait)
 	defer cancel()
@@ -92,36 +85,20 @@ func (f *Fetcher) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 		return nil, fmt.Errorf("fetch chunk %s: waiting for a slot: %w", c.Digest, ctx.Err())
 	}
 	defer func() { <-f.sem }()
-	delay := f.opts.Backoff
-	start := time.Now()
-	for attempt := 1; ; attempt++ {
-		f.requests.Add(1)
-		data, err := f.attempt(ctx, c)
-		if err == nil {
-			f.fetched.Add(int64(len(data)))
-			if attempt > 1 {
-				f.log.Info("chunk-fetch-recovered", "chunk", c.Digest, "attempts", attempt, "waited", time.Since(start))
-			}
-			return data, nil
-		}
-		if permanent(err) || ctx.Err() != nil {
-			f.failures.Add(1)
-			f.log.Error("chunk-fetch-failed", "chunk", c.Digest, "size", c.Size, "attempts", attempt,
-				"waited", time.Since(start), "err", err)
-			if ctx.Err() != nil && !permanent(err) {
-				return nil, fmt.Errorf("fetch chunk %s: gave up after %d attempts in %v: store %w (last error: %v)",
-					c.Digest, attempt, time.Since(start).Round(time.Millisecond), errdefs.ErrUnavailable, err)
-			}
-			return nil, fmt.Errorf("fetch chunk %s: %w", c.Digest, err)
-		}
-		f.retries.Add(1)
-		f.log.Warn("chunk-fetch-retry", "chunk", c.Digest, "attempt", attempt, "err", err)
-		select {
-		case <-ctx.Done():
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, f.opts.MaxBackoff)
+	var data []byte
+	attempts, err := f.retry(ctx, "chunk-fetch", "fetch chunk", c.Digest, func(ctx context.Context) error {
+		var err error
+		data, err = f.attempt(ctx, c)
+		return err
+	})
+	f.requests.Add(int64(attempts))
+	f.retries.Add(int64(attempts - 1))
+	if err != nil {
+		f.failures.Add(1)
+		return nil, err
 	}
+	f.fetched.Add(int64(len(data)))
+	return data, nil
 }
 
 // Object returns a whole object of unknown size (a block map), with the same
@@ -131,8 +108,6 @@ func (f *Fetcher) Object(ctx context.Context, d digest.Digest) ([]byte, error) {
 }
 
 func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, f.opts.Attempt)
-	defer cancel()
 	data, err := store.ReadAllSized(ctx, f.st, c.Digest, c.Size)
 	if err != nil {
 		return nil, err

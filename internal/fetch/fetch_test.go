@@ -98,3 +98,32 @@ func TestWrongSizeIsCorrupt(t *testing.T) {
 		t.Fatal("a chunk of the wrong size was accepted")
 	}
 }
+
+// An object damaged in the store stays damaged: a fetch that keeps getting bytes
+// that do not match gives up after maxCorruptAttempts, with ErrCorrupt, long
+// before MaxWait (it waited out MaxWait, 60 s by default, before).
+func TestCorruptGivesUpAfterFewAttempts(t *testing.T) {
+	st, c := setup(t, 1<<40, true)
+	f := New(st, Options{Backoff: time.Millisecond, MaxWait: time.Minute})
+	start := time.Now()
+	_, err := f.Fetch(context.Background(), c)
+	if !errors.Is(err, errdefs.ErrCorrupt) || errors.Is(err, errdefs.ErrUnavailable) {
+		t.Fatalf("got %v, want ErrCorrupt", err)
+	}
+	if st.gets.Load() != maxCorruptAttempts || time.Since(start) > 10*time.Second {
+		t.Fatalf("%d gets in %v, want %d", st.gets.Load(), time.Since(start), maxCorruptAttempts)
+	}
+}
+
+// A caller that gives up (an interrupted read) gets context.Canceled, which FUSE
+// answers EINTR, not a store outage (EIO).
+func TestCancelledFetchIsCancelled(t *testing.T) {
+	st, c := setup(t, 1<<40, false)
+	f := New(st, Options{Backoff: 5 * time.Millisecond, MaxWait: time.Minute})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	_, err := f.Fetch(ctx, c)
+	if !errors.Is(err, context.Canceled) || errdefs.KindOf(err) != errdefs.Canceled {
+		t.Fatalf("got %v (kind %v), want context.Canceled", err, errdefs.KindOf(err))
+	}
+}
