@@ -2,6 +2,8 @@ package store
 
 import (
 	"bytes"
+	"context"
+	"errors"
 	"fmt"
 	"hash"
 	"io"
@@ -65,4 +67,54 @@ func Verify(d digest.Digest, b []byte) error {
 		return fmt.Errorf("object %s: content hashes to %s: object %w", d, got, errdefs.ErrCorrupt)
 	}
 	return nil
+}
+
+// VerifyingBody is the Get reader of a backend that streams a remote body: the
+// body's bytes, verified as VerifyingReader does, with an error of the read other
+// than the end or a mismatch (a connection cut mid-transfer, a deadline) passed
+// through mapErr once and named after d. Close closes the body, then calls done
+// (e.g. to cancel the request's context).
+func VerifyingBody(body io.ReadCloser, d digest.Digest, size int64, mapErr func(error) error, done func()) io.ReadCloser {
+	return &verifyingBody{body: body, vr: VerifyingReader(body, d, size), d: d, mapErr: mapErr, done: done}
+}
+
+type verifyingBody struct {
+	body   io.ReadCloser
+	vr     io.Reader
+	d      digest.Digest
+	mapErr func(error) error
+	done   func()
+}
+
+func (b *verifyingBody) Read(p []byte) (int, error) {
+	n, err := b.vr.Read(p)
+	if err != nil && err != io.EOF && !errors.Is(err, errdefs.ErrCorrupt) {
+		err = fmt.Errorf("get %s: %w", b.d, b.mapErr(err))
+	}
+	return n, err
+}
+
+func (b *verifyingBody) Close() error {
+	err := b.body.Close()
+	if b.done != nil {
+		b.done()
+	}
+	return err
+}
+
+// ReadRange is GetRange for a backend whose unit of verification is the whole
+// object: it reads the object whole through s.Get (verified), then cuts the range
+// out. A range that does not lie inside the object is errdefs.ErrInvalid.
+func ReadRange(ctx context.Context, s Store, d digest.Digest, off, length int64) ([]byte, error) {
+	if err := CheckDigest(d); err != nil {
+		return nil, err
+	}
+	b, err := ReadAll(ctx, s, d)
+	if err != nil {
+		return nil, err
+	}
+	if off < 0 || length < 0 || off+length > int64(len(b)) {
+		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), errdefs.ErrInvalid)
+	}
+	return b[off : off+length : off+length], nil
 }

@@ -546,49 +546,14 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 			cancel()
 			return nil, fmt.Errorf("get %s: %w", d, err)
 		}
-		return &getReader{s: s, d: d, ctx: ctx, rc: rc, cancel: cancel, vr: store.VerifyingReader(rc, d, l.size)}, nil
+		return store.VerifyingBody(rc, d, l.size, func(err error) error { return s.c.mapErr(ctx, "read", err) }, cancel), nil
 	}
-}
-
-// getReader verifies a Get's bytes as they stream and maps the errors of the read
-// (a connection cut mid-transfer, a deadline) once.
-type getReader struct {
-	s      *Store
-	d      digest.Digest
-	ctx    context.Context
-	rc     io.ReadCloser
-	cancel context.CancelFunc
-	vr     io.Reader
-}
-
-func (g *getReader) Read(p []byte) (int, error) {
-	n, err := g.vr.Read(p)
-	if err != nil && err != io.EOF && !errors.Is(err, errdefs.ErrCorrupt) {
-		err = fmt.Errorf("get %s: %w", g.d, g.s.c.mapErr(g.ctx, "read", err))
-	}
-	return n, err
-}
-
-func (g *getReader) Close() error {
-	err := g.rc.Close()
-	g.cancel()
-	return err
 }
 
 func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error) {
-	if err := store.CheckDigest(d); err != nil {
-		return nil, err
-	}
 	// An object is the unit of verification: read it whole (one ranged request
 	// into its pack), check it, then cut.
-	b, err := store.ReadAll(ctx, s, d)
-	if err != nil {
-		return nil, err
-	}
-	if off < 0 || length < 0 || off+length > int64(len(b)) {
-		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), errdefs.ErrInvalid)
-	}
-	return b[off : off+length : off+length], nil
+	return store.ReadRange(ctx, s, d, off, length)
 }
 
 func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {

@@ -227,48 +227,12 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 		cancel()
 		return nil, fmt.Errorf("get %s: %w", d, err)
 	}
-	return &getReader{s: s, d: d, ctx: ctx, cctx: cctx, cancel: cancel, body: body,
-		vr: store.VerifyingReader(body, d, info.Size)}, nil
-}
-
-// getReader streams a Get's body through the verifying reader and maps the errors
-// of the read, which is where a reset mid-transfer or a deadline shows up.
-type getReader struct {
-	s         *Store
-	d         digest.Digest
-	ctx, cctx context.Context
-	cancel    context.CancelFunc
-	body      io.ReadCloser
-	vr        io.Reader
-}
-
-func (g *getReader) Read(p []byte) (int, error) {
-	n, err := g.vr.Read(p)
-	if err != nil && err != io.EOF && !errors.Is(err, errdefs.ErrCorrupt) {
-		err = fmt.Errorf("get %s: %w", g.d, g.s.mapErr(g.ctx, g.cctx, err))
-	}
-	return n, err
-}
-
-func (g *getReader) Close() error {
-	err := g.body.Close()
-	g.cancel()
-	return err
+	return store.VerifyingBody(body, d, info.Size, func(err error) error { return s.mapErr(ctx, cctx, err) }, cancel), nil
 }
 
 func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error) {
-	if err := store.CheckDigest(d); err != nil {
-		return nil, err
-	}
 	// An object is the unit of verification: read it whole, check it, then cut.
-	b, err := store.ReadAll(ctx, s, d)
-	if err != nil {
-		return nil, err
-	}
-	if off < 0 || length < 0 || off+length > int64(len(b)) {
-		return nil, fmt.Errorf("get %s [%d, +%d) of %d bytes: %w", d, off, length, len(b), errdefs.ErrInvalid)
-	}
-	return b[off : off+length : off+length], nil
+	return store.ReadRange(ctx, s, d, off, length)
 }
 
 func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
