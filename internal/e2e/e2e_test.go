@@ -126,10 +126,7 @@ func TestDebianConvertPushPullRun(t *testing.T) {
 		t.Fatalf("stats: %v %+v", err, st)
 	}
 	fetched, data := st.Containers[0].Volume.FetchedBytes, images[0].Descriptor.DataSize
-	t.Logf("echo hello fetched %d of %d bytes (%.1f%%)", fetched, data, 100*float64(fetched)/float64(data))
-	if fetched == 0 || fetched > data/4 {
-		t.Fatalf("echo hello fetched %d of the image's %d bytes: not lazy", fetched, data)
-	}
+	checkLazyShare(t, "echo hello", fetched, data)
 	// Commit a change, run the new image.
 	cli(t, b, 0, "run", "--name", "changer", ref, "--", "sh", "-c", "echo changed > /etc/motd")
 	cli(t, b, 0, "commit", "changer", "debian:changed")
@@ -306,5 +303,25 @@ func TestPullOrdinaryImage(t *testing.T) {
 	}
 	if out := cli(t, p, 0, "images", "-q"); !strings.Contains(out, ref) {
 		t.Fatalf("converted image not listed: %q", out)
+	}
+}
+
+// documentedEchoHelloShare is what the docs say a lazy `echo hello` on Debian minbase
+// moves: 4.7% of the image (README.md and docs/BENCHMARKS.md, rendered from
+// docs/bench/core-2026-11-22b.json). Runs here have moved 3.5-3.9%.
+const documentedEchoHelloShare = 0.047
+
+// checkLazyShare fails unless a start that fetched fetched bytes of an image with
+// data bytes of data moved about what the docs say: at most 1.5 times the
+// documented share (the test image is not the benchmark's, and a CI machine is
+// noisy), and at least a fifth of it (less would mean the start read almost
+// nothing of the image, which is not a start).
+func checkLazyShare(t *testing.T, what string, fetched, data int64) {
+	t.Helper()
+	share := float64(fetched) / float64(data)
+	t.Logf("%s fetched %d of %d bytes (%.1f%%; the docs say %.1f%%)", what, fetched, data, 100*share, 100*documentedEchoHelloShare)
+	if share > 1.5*documentedEchoHelloShare || share < documentedEchoHelloShare/5 {
+		t.Fatalf("%s fetched %.1f%% of the image (%d of %d bytes); the docs say %.1f%%: not the lazy start they describe",
+			what, 100*share, fetched, data, 100*documentedEchoHelloShare)
 	}
 }
