@@ -2,6 +2,7 @@ package archive
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,15 @@ type Options struct {
 	// memory per entry (to honour opaque whiteouts and directory times), so this is
 	// also its memory bound.
 	MaxEntries int
+
+	// InPlace rewrites a regular file that already exists with one link in place:
+	// only the 4 KiB blocks whose content differs are written (blocks that became
+	// zeros are punched out), the file is cut to the entry's size, and its inode
+	// stays. Applied to a block-level clone of the tree the layer was made from (a
+	// commit of an overlay upper onto a clone of its image), the clone's changed
+	// blocks are then what the entry changed, not the whole file. A file with
+	// several links is replaced as usual, so its other names keep their content.
+	InPlace bool
 }
 
 // Stats reports what Apply did. Entries counts every tar entry read; the others count
@@ -69,6 +79,11 @@ type Stats struct {
 	XattrsSkipped int
 	// Bytes is the sum of the sizes of the regular files written.
 	Bytes int64
+	// Rewritten counts files rewritten in place (Options.InPlace), and
+	// RewrittenBytes the bytes of the blocks of theirs that differed and were
+	// written or punched out.
+	Rewritten      int
+	RewrittenBytes int64
 }
 
 // Apply applies one layer, an uncompressed tar stream (see Decompress), to the tree
@@ -188,6 +203,7 @@ type applier struct {
 	// (as umoci does) rather than of the clock.
 	oldTimes map[string]times
 	buf      []byte
+	old      []byte // what a file rewritten in place held (InPlace)
 }
 
 // cleanName validates a header's name (or a hardlink's target) and returns it
@@ -262,6 +278,15 @@ func (a *applier) file(hdr *tar.Header, name string, r io.Reader) error {
 		return fail("resolve parent", err)
 	}
 	defer p.close()
+	if a.opts.InPlace {
+		done, err := a.rewrite(hdr, p, r)
+		if err != nil {
+			return fail("rewrite in place", err)
+		}
+		if done {
+			return nil
+		}
+	}
 	if _, err := a.clear(p, false); err != nil {
 		return fail("remove existing", err)
 	}
@@ -279,6 +304,123 @@ func (a *applier) file(hdr *tar.Header, name string, r io.Reader) error {
 	}
 	a.stats.Files++
 	a.touched(p)
+	return nil
+}
+
+// rewrite applies a regular file entry onto the regular file with one link at p, if
+// there is one, writing only the blocks that differ (Options.InPlace). It reports
+// whether it did; if not, nothing was changed and the file is created as usual.
+func (a *applier) rewrite(hdr *tar.Header, p *parentDir, r io.Reader) (bool, error) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(p.fd, p.base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return false, nil
+		}
+		return false, err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink != 1 {
+		return false, nil
+	}
+	fd, err := unix.Openat(p.fd, p.base, unix.O_RDWR|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false, err
+	}
+	defer unix.Close(fd)
+	var fst unix.Stat_t
+	if err := unix.Fstat(fd, &fst); err != nil {
+		return false, err
+	}
+	if fst.Ino != st.Ino || fst.Mode&unix.S_IFMT != unix.S_IFREG || fst.Nlink != 1 {
+		return false, nil // changed under us: replace it
+	}
+	if a.old == nil {
+		a.old = make([]byte, copyBufferSize)
+	}
+	const block = 4096
+	var off int64
+	for off < hdr.Size {
+		if err := a.ctx.Err(); err != nil {
+			return true, err
+		}
+		in := a.buf[:min(int64(len(a.buf)), hdr.Size-off)]
+		if _, err := io.ReadFull(r, in); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return true, fmt.Errorf("truncated layer: %d of %d bytes: %w", off, hdr.Size, io.ErrUnexpectedEOF)
+			}
+			return true, err
+		}
+		// What the file holds there now (zeros past its end).
+		have := a.old[:len(in)]
+		n, err := preadFull(fd, have, off)
+		if err != nil {
+			return true, err
+		}
+		clear(have[n:])
+		for b := 0; b < len(in); b += block {
+			e := min(b+block, len(in))
+			if bytes.Equal(in[b:e], have[b:e]) {
+				continue
+			}
+			at := off + int64(b)
+			if allZero(in[b:e]) && e-b == block {
+				err = unix.Fallocate(fd, unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, at, block)
+			}
+			if !allZero(in[b:e]) || e-b != block || err != nil {
+				err = pwriteAll(fd, in[b:e], at)
+			}
+			if err != nil {
+				return true, err
+			}
+			a.stats.RewrittenBytes += int64(e - b)
+		}
+		off += int64(len(in))
+	}
+	if fst.Size != hdr.Size {
+		if err := unix.Ftruncate(fd, hdr.Size); err != nil {
+			return true, err
+		}
+	}
+	a.stats.Bytes += hdr.Size
+	if err := a.setMeta(hdr, p, obj{fd: fd, kind: unix.S_IFREG, clearXattrs: true}); err != nil {
+		return true, err
+	}
+	a.stats.Files++
+	a.stats.Rewritten++
+	a.touched(p)
+	return true, nil
+}
+
+// preadFull reads into b at off until b is full or the file ends, and returns how
+// many bytes it read.
+func preadFull(fd int, b []byte, off int64) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Pread(fd, b[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+func pwriteAll(fd int, b []byte, off int64) error {
+	for len(b) > 0 {
+		n, err := unix.Pwrite(fd, b, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b, off = b[n:], off+int64(n)
+	}
 	return nil
 }
 

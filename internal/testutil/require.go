@@ -4,6 +4,8 @@ import (
 	"os"
 	"os/exec"
 	"testing"
+
+	"github.com/slacker-dev/slacker/internal/mount"
 )
 
 // InCI reports whether tests run under the project's CI contract (SLACKER_CI=1).
@@ -48,5 +50,13 @@ func RequireFile(t testing.TB, path string) {
 	t.Helper()
 	if _, err := os.Stat(path); err != nil {
 		Missing(t, path)
+	}
+}
+
+// RequireOverlay needs overlayfs in the kernel.
+func RequireOverlay(t testing.TB) {
+	t.Helper()
+	if err := mount.OverlaySupported(); err != nil {
+		Missing(t, "overlayfs ("+err.Error()+")")
 	}
 }
