@@ -89,21 +89,29 @@ func TestCommitOverlayUpper(t *testing.T) {
 	}
 	f.Close()
 	for _, step := range []func() error{
-		func() error { return os.WriteFile(filepath.Join(merged, "etc/motd"), []byte("changed, and longer than before\n"), 0o644) },
+		func() error {
+			return os.WriteFile(filepath.Join(merged, "etc/motd"), []byte("changed, and longer than before\n"), 0o644)
+		},
 		func() error { return os.Remove(filepath.Join(merged, "etc/gone")) },
 		func() error { return os.Chmod(filepath.Join(merged, "etc/mode"), 0o600) },
 		func() error { return os.Chown(filepath.Join(merged, "etc/mode"), 1000, 1000) },
 		func() error { return os.RemoveAll(filepath.Join(merged, "opaque")) },
 		func() error { return os.MkdirAll(filepath.Join(merged, "opaque/new"), 0o750) },
 		func() error { return os.WriteFile(filepath.Join(merged, "opaque/new/file"), []byte("new"), 0o600) },
-		func() error { return os.WriteFile(filepath.Join(merged, "shared/a"), []byte("one name changed"), 0o644) },
+		func() error {
+			return os.WriteFile(filepath.Join(merged, "shared/a"), []byte("one name changed"), 0o644)
+		},
 		func() error { return os.Mkdir(filepath.Join(merged, "var"), 0o700) },
-		func() error { return os.WriteFile(filepath.Join(merged, "var/data"), bytes.Repeat([]byte{0}, 64<<10), 0o644) },
+		func() error {
+			return os.WriteFile(filepath.Join(merged, "var/data"), bytes.Repeat([]byte{0}, 64<<10), 0o644)
+		},
 		func() error { return os.Link(filepath.Join(merged, "var/data"), filepath.Join(merged, "var/data2")) },
 		func() error { return os.Symlink("../etc/motd", filepath.Join(merged, "var/motd")) },
 		func() error { return unix.Setxattr(filepath.Join(merged, "etc/motd"), "user.note", []byte("kept"), 0) },
 		func() error { return unix.Mkfifo(filepath.Join(merged, "var/fifo"), 0o600) },
-		func() error { return unix.Mknod(filepath.Join(merged, "var/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))) },
+		func() error {
+			return unix.Mknod(filepath.Join(merged, "var/null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
+		},
 	} {
 		if err := step(); err != nil {
 			t.Fatal(err)
