@@ -29,7 +29,7 @@ type bounded struct {
 func (b bounded) do(ctx context.Context, what string, d digest.Digest, call func(ctx context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, b.f.opts.MaxWait)
 	defer cancel()
-	_, err := b.f.retry(ctx, "store-call", what, d, call)
+	_, err := b.f.retry(ctx, "store-call", what, d, false, call)
 	return err
 }
 

@@ -86,7 +86,7 @@ func (f *Fetcher) Fetch(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	}
 	defer func() { <-f.sem }()
 	var data []byte
-	attempts, err := f.retry(ctx, "chunk-fetch", "fetch chunk", c.Digest, func(ctx context.Context) error {
+	attempts, err := f.retry(ctx, "chunk-fetch", "fetch chunk", c.Digest, true, func(ctx context.Context) error {
 		var err error
 		data, err = f.attempt(ctx, c)
 		return err

@@ -35,11 +35,13 @@ func retryable(err error, corrupt int) bool {
 // retry runs call, with a deadline of Attempt per attempt and backoff between
 // attempts, until it succeeds, fails for good (retryable), or ctx ends. ctx
 // carries the caller's bound on the whole wait. Log events are event+"-retry",
-// "-recovered" and "-failed", with the object and the operation. When ctx ended
+// "-recovered" and "-failed", with the object and the operation; a final answer
+// that is not a failure to the caller (not found, for an existence check) is not
+// logged unless logFinal. When ctx ended
 // for its deadline, the error wraps errdefs.ErrUnavailable (the store did not
 // answer in time); when the caller cancelled it, it wraps context.Canceled. It
 // returns how many attempts it made.
-func (f *Fetcher) retry(ctx context.Context, event, op string, d digest.Digest, call func(ctx context.Context) error) (int, error) {
+func (f *Fetcher) retry(ctx context.Context, event, op string, d digest.Digest, logFinal bool, call func(ctx context.Context) error) (int, error) {
 	delay := f.opts.Backoff
 	start := time.Now()
 	corrupt := 0
@@ -57,7 +59,9 @@ func (f *Fetcher) retry(ctx context.Context, event, op string, d digest.Digest, 
 			corrupt++
 		}
 		if !retryable(err, corrupt) || ctx.Err() != nil {
-			f.log.Error(event+"-failed", "op", op, "object", d, "attempts", attempt, "waited", time.Since(start), "err", err)
+			if logFinal || ctx.Err() != nil || attempt > 1 {
+				f.log.Error(event+"-failed", "op", op, "object", d, "attempts", attempt, "waited", time.Since(start), "err", err)
+			}
 			switch {
 			case errors.Is(ctx.Err(), context.Canceled) && !errors.Is(err, context.Canceled):
 				return attempt, fmt.Errorf("%s %s: %w (last error: %v)", op, d, ctx.Err(), err)

@@ -24,6 +24,8 @@ const (
 	KindContainerd     = "containerd"      // an active or view snapshot of the containerd snapshotter
 	KindContainerdBase = "containerd-base" // the snapshotter's blank base
 	KindDocker         = "docker"          // a volume of the Docker graph driver
+	KindImageRoot      = "image-root"      // the read-only mount of an image, under its containers' shared roots
+	KindCommit         = "commit"          // a clone a shared root's changes are applied onto, to commit them
 )
 
 // Annotations in registries.

@@ -318,7 +318,9 @@ func (n *Node) bases() []digest.Digest {
 	defer n.mu.Unlock()
 	var out []digest.Digest
 	for _, x := range n.vols {
-		if b := x.v.Meta().Base; b != "" {
+		if x.shared != nil {
+			out = append(out, x.shared.image)
+		} else if b := x.v.Meta().Base; b != "" {
 			out = append(out, b)
 		}
 	}

@@ -44,6 +44,9 @@ type Config struct {
 	NoDirectIO    bool        // loop devices without O_DIRECT (the backing file gets a page cache)
 	Fetch         fetch.Options
 	Lease         LeaseConfig // the node's lease in the store (garbage collection)
+	// RootMode is how container roots (volumes made with CreateOptions.Startup)
+	// are made when their CreateOptions.Mode is empty (RootShared).
+	RootMode RootMode
 	// StartupWindow is how long a container volume's reads are recorded as its
 	// image's start-up trace (0: prefetch.DefaultStartupWindow; negative: no traces are
 	// recorded or replayed).
@@ -57,6 +60,10 @@ type Record struct {
 	Labels   map[string]string `json:"labels,omitempty"`
 	Mounted  bool              `json:"mounted"`
 	ReadOnly bool              `json:"read_only,omitempty"`
+	// Mode is RootShared for a shared root (the overlay of a container over its
+	// image's root, Image), empty for a block volume.
+	Mode  RootMode      `json:"mode,omitempty"`
+	Image digest.Digest `json:"image,omitempty"`
 	Created  time.Time         `json:"created"`
 }
 
@@ -93,12 +100,20 @@ type Node struct {
 
 	mu   sync.Mutex
 	vols map[string]*vol
+
+	imagesMu sync.Mutex
+	images   map[digest.Digest]*imageRoot // read-only image mounts of shared roots
+
+	overlayOnce sync.Once
+	overlayErr  error // why this node cannot make shared roots
 }
 
 type vol struct {
 	mu   sync.Mutex // serializes mount, unmount, snapshot, delete
-	v    *volume.Volume
+	v    *volume.Volume   // nil for a shared root
 	r    *prefetch.Reader // reads v's base and fetches ahead of it
+	// shared is what a shared root (RootShared) has instead of v and r.
+	shared *sharedRoot
 	rec  Record
 	dev  string // loop device while mounted
 	mnt  string
@@ -127,6 +142,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if cfg.DefaultSize <= 0 {
 		cfg.DefaultSize = 10 << 30
 	}
+	if cfg.RootMode == "" {
+		cfg.RootMode = RootShared
+	}
+	if _, err := ParseRootMode(string(cfg.RootMode)); err != nil {
+		return nil, fmt.Errorf("open node: %w", err)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -134,7 +155,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if os.Geteuid() != 0 {
 		return nil, fmt.Errorf("open node: slackerd must run as root (it mounts FUSE, loop devices and ext4)")
 	}
-	n := &Node{cfg: cfg, log: log, maps: map[digest.Digest]*blockmap.Map{}, vols: map[string]*vol{}}
+	n := &Node{cfg: cfg, log: log, maps: map[digest.Digest]*blockmap.Map{}, vols: map[string]*vol{},
+		images: map[digest.Digest]*imageRoot{}}
 	// Reconcile first: a dead FUSE mount left by a crash fails even a stat.
 	if err := n.reconcile(); err != nil {
 		return nil, err
@@ -229,6 +251,7 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load volumes: %w", err)
 	}
+	var shared []Record // loaded once the image roots they stand on are back
 	for _, e := range ents {
 		id := e.Name()
 		dir := n.volDir(id)
@@ -239,6 +262,10 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 		rec, err := readRecord(dir)
 		if err != nil {
 			n.log.Error("volume-unreadable", "volume", id, "err", err)
+			continue
+		}
+		if rec.Mode == RootShared {
+			shared = append(shared, rec)
 			continue
 		}
 		meta, err := volume.ReadMeta(dir)
@@ -272,6 +299,23 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 				continue
 			}
 			n.log.Info("volume-remounted", "volume", id, "mountpoint", x.mnt)
+		}
+	}
+	for _, rec := range shared {
+		if err := n.loadShared(ctx, rec); err != nil {
+			n.log.Error("volume-remount-failed", "volume", rec.ID, "mode", RootShared, "err", err)
+		}
+	}
+	// An image root no shared root uses (a crash came between the last one's
+	// delete and the root's) goes.
+	for id, x := range n.vols {
+		if x.rec.Labels[labels.Kind] != labels.KindImageRoot {
+			continue
+		}
+		if ir := n.images[x.v.Meta().Base]; ir == nil || ir.users == 0 {
+			if err := n.DeleteVolume(ctx, id); err != nil {
+				n.log.Warn("volume-delete-failed", "volume", id, "err", err)
+			}
 		}
 	}
 	return nil
@@ -346,6 +390,11 @@ type CreateOptions struct {
 	// Snapshot has none yet (its image's earlier layers, newest first: a commit
 	// changes little of what start-up reads).
 	StartupFallback []digest.Digest
+	// Mode is how the volume is made from Snapshot: RootBlock (a block-level
+	// clone), RootShared (an overlay over the node's read-only mount of Snapshot),
+	// or empty: the node's Config.RootMode for a container's root (Startup), a
+	// block clone otherwise.
+	Mode RootMode
 }
 
 func randomID() string {
@@ -362,6 +411,19 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	}
 	if !idPattern.MatchString(id) || strings.HasSuffix(id, ".deleting") {
 		return VolumeInfo{}, fmt.Errorf("volume ID %q: %w: use letters, digits, '_', '.', '-'", id, errdefs.ErrInvalid)
+	}
+	mode, err := ParseRootMode(string(opts.Mode))
+	if err != nil {
+		return VolumeInfo{}, err
+	}
+	if mode == "" {
+		mode = RootBlock
+		if opts.Startup && opts.Snapshot != "" {
+			mode = n.cfg.RootMode
+		}
+	}
+	if mode == RootShared {
+		return n.createShared(ctx, id, opts)
 	}
 	var base *blockmap.Map
 	size := opts.Size
@@ -413,6 +475,16 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 }
 
 func (x *vol) info() VolumeInfo {
+	if sr := x.shared; sr != nil {
+		// A shared root reads its image through the image root, which every
+		// container of the image shares: its read counters are the image's.
+		info := VolumeInfo{Record: x.rec, Base: sr.image, Mountpoint: x.mnt}
+		if ix := sr.root.volume(); ix != nil {
+			info.Size, info.Stats.ReadStats = ix.v.Size(), ix.r.Stats()
+		}
+		info.Stats.DeltaBytes = upperBytes(sr.upper)
+		return info
+	}
 	m := x.v.Meta()
 	return VolumeInfo{Record: x.rec, Base: m.Base, Size: m.Size, Mountpoint: x.mnt, Device: x.dev,
 		File: x.file, Stats: VolumeStats{Stats: x.v.Stats(), ReadStats: x.r.Stats()}}
@@ -489,6 +561,9 @@ func (n *Node) MountVolume(ctx context.Context, id string, readOnly bool) (Volum
 }
 
 func (n *Node) mountLocked(x *vol, readOnly bool) error {
+	if x.shared != nil {
+		return n.mountSharedLocked(x, readOnly)
+	}
 	start := time.Now()
 	loop, err := mount.AttachLoop(x.file, mount.LoopOptions{ReadOnly: readOnly, DirectIO: !n.cfg.NoDirectIO, Autoclear: true})
 	if err != nil {
@@ -538,12 +613,16 @@ func (n *Node) UnmountVolume(ctx context.Context, id string) error {
 // FITHAW checkpoint the journal; a filesystem that went read-only after errors is
 // an error too.
 func (n *Node) flushLocked(x *vol) error {
+	if x.shared != nil {
+		return n.flushSharedLocked(x)
+	}
 	if x.mnt == "" || x.rec.ReadOnly {
 		return nil
 	}
 	fail := func(err error) error {
 		return fmt.Errorf("unmount volume %s: flush its filesystem: %w", x.rec.ID, err)
 	}
+	n.trimLocked(x)
 	f, err := os.Open(x.mnt)
 	if err != nil {
 		return fail(err)
@@ -581,7 +660,7 @@ func (n *Node) unmountLocked(x *vol) error {
 		n.log.Warn("volume-unmounted-lazily", "volume", x.rec.ID, "mountpoint", x.mnt,
 			"reason", "still busy after 10s; detached, the device goes when its last user does")
 	}
-	if !n.waitLoopFree(x.file, x.dev) {
+	if x.shared == nil && !n.waitLoopFree(x.file, x.dev) {
 		n.log.Warn("volume-filesystem-held-elsewhere", "volume", x.rec.ID, "device", x.dev,
 			"reason", "unmounted here, but its filesystem lives on (a busy copy of the mount in another mount namespace?); the device goes when it does")
 	}
@@ -631,8 +710,12 @@ func (n *Node) SnapshotVolume(ctx context.Context, id string, opts SnapshotOptio
 	if x.gone {
 		return nil, fmt.Errorf("volume %s: %w", id, errdefs.ErrNotFound)
 	}
+	if x.shared != nil {
+		return n.commitShared(ctx, x, opts)
+	}
 	start := time.Now()
 	if x.mnt != "" && !x.rec.ReadOnly {
+		n.trimLocked(x)
 		thaw, err := mount.Freeze(x.mnt)
 		if err != nil {
 			return nil, fmt.Errorf("snapshot volume %s: %w", id, err)
@@ -704,6 +787,9 @@ func (n *Node) DeleteVolume(ctx context.Context, id string) error {
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	if x.shared != nil {
+		return n.deleteSharedLocked(ctx, x)
+	}
 	if err := n.unmountLocked(x); err != nil {
 		return err
 	}
@@ -785,6 +871,8 @@ func (n *Node) Close(ctx context.Context) error {
 		xs = append(xs, x)
 	}
 	n.mu.Unlock()
+	// Shared roots first: their overlays hold the image roots below them.
+	sort.SliceStable(xs, func(i, j int) bool { return xs[i].shared != nil && xs[j].shared == nil })
 	var errs []error
 	for _, x := range xs {
 		x.mu.Lock()
@@ -794,8 +882,10 @@ func (n *Node) Close(ctx context.Context) error {
 		if err := n.unmountLocked(x); err != nil {
 			errs = append(errs, err)
 		}
-		if err := x.v.Close(); err != nil {
-			errs = append(errs, fmt.Errorf("close volume %s: %w", x.rec.ID, err))
+		if x.v != nil {
+			if err := x.v.Close(); err != nil {
+				errs = append(errs, fmt.Errorf("close volume %s: %w", x.rec.ID, err))
+			}
 		}
 		x.gone = true
 		x.mu.Unlock()
@@ -811,6 +901,29 @@ func (n *Node) Close(ctx context.Context) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// trimLocked discards the free blocks of mounted read-write volume x, so that data
+// deleted in it is not in its next snapshot: each discard becomes a hole in the
+// delta (volume.Zero). A failure is logged: the snapshot is right all the same,
+// only bigger.
+func (n *Node) trimLocked(x *vol) {
+	if x.mnt == "" || x.rec.ReadOnly || x.shared != nil {
+		return
+	}
+	start := time.Now()
+	// Blocks freed in the journal's running transaction are not free to trim until
+	// it commits: write it out first.
+	if f, err := os.Open(x.mnt); err == nil {
+		unix.Syncfs(int(f.Fd()))
+		f.Close()
+	}
+	trimmed, err := mount.Trim(x.mnt)
+	if err != nil {
+		n.log.Warn("volume-trim-failed", "volume", x.rec.ID, "err", err)
+		return
+	}
+	n.log.Debug("volume-trimmed", "volume", x.rec.ID, "bytes", trimmed, "took", time.Since(start))
 }
 
 // replayBudget bounds what one replay may prefetch: half the disk tier when there

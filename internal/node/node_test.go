@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +18,11 @@ import (
 
 func openNode(t *testing.T, root string, st *local.Store) *Node {
 	t.Helper()
-	n, err := Open(context.Background(), Config{Root: root, Store: st, CacheBytes: 256 << 20, DefaultSize: 1 << 30})
+	var log *slog.Logger
+	if os.Getenv("SLACKER_TEST_LOG") != "" {
+		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	n, err := Open(context.Background(), Config{Root: root, Store: st, CacheBytes: 256 << 20, DefaultSize: 1 << 30, Logger: log})
 	if err != nil {
 		t.Fatal(err)
 	}

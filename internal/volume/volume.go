@@ -447,9 +447,20 @@ func (v *Volume) Zero(ctx context.Context, off, n int64) error {
 	if err := v.punch(first, last-first); err != nil {
 		return err
 	}
+	// The punched blocks read as zeros from the delta. Blocks the delta did not
+	// hold read as zeros from the base only where it has a hole: where it has data,
+	// they join the delta (as zeros, which take no space and become holes at the
+	// next snapshot). A discard of free space the image never used (a trim) so
+	// adds nothing.
 	v.mu.Lock()
-	v.present.Add(first/BlockSize, last/BlockSize)
-	v.pending = append(v.pending, runs.Run{Start: first / BlockSize, End: last / BlockSize})
+	for _, pc := range v.base.Lookup(first, last-first) {
+		if pc.Hole {
+			continue
+		}
+		r := runs.Run{Start: pc.Offset / BlockSize, End: (pc.Offset + pc.Length + BlockSize - 1) / BlockSize}
+		v.present.Add(r.Start, r.End)
+		v.pending = append(v.pending, r)
+	}
 	v.mu.Unlock()
 	return nil
 }

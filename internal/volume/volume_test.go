@@ -405,3 +405,46 @@ func TestBaseReadRuns(t *testing.T) {
 		t.Fatalf("bounded record: runs %v (truncated %v), want %v and truncated", st.BaseReadRuns, st.BaseReadRunsTruncated, want)
 	}
 }
+
+// TestZeroAddsOnlyWhatReadsOtherwise: a discard (Zero) of blocks the base holds as
+// a hole adds nothing to the delta (a trim of free space the image never used
+// costs nothing at the next snapshot); a discard of base data makes those blocks
+// zeros in the delta, and the next snapshot records them as a hole, uploading
+// nothing.
+func TestZeroAddsOnlyWhatReadsOtherwise(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, 64<<20)
+	const size = 16 << 20
+	src := s.clone(t, "src", "", size)
+	data := bytes.Repeat([]byte{7}, 1<<20)
+	if _, err := src.WriteAt(ctx, data, 1<<20); err != nil { // base data in [1 MiB, 2 MiB)
+		t.Fatal(err)
+	}
+	res, err := src.Snapshot(ctx, s.st, SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := s.clone(t, "v", res.ID, size)
+	if err := v.Zero(ctx, 4<<20, 8<<20); err != nil { // a hole of the base
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.DeltaBytes != 0 {
+		t.Fatalf("discarding a hole of the base added %d bytes to the delta", st.DeltaBytes)
+	}
+	if err := v.Zero(ctx, 1<<20, 512<<10); err != nil { // half the base's data
+		t.Fatal(err)
+	}
+	if st := v.Stats(); st.DeltaBytes != 512<<10 {
+		t.Fatalf("discarding 512 KiB of base data: delta %d bytes, want %d", st.DeltaBytes, 512<<10)
+	}
+	want := make([]byte, size)
+	copy(want[1<<20+512<<10:], data[512<<10:])
+	checkRead(t, v, want, 0, size)
+	snap, err := v.Snapshot(ctx, s.st, SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if snap.NewBytes != 0 || snap.Map.DataSize() != 512<<10 {
+		t.Fatalf("snapshot after the discards: uploaded %d bytes, %d bytes of data; want 0 and %d", snap.NewBytes, snap.Map.DataSize(), 512<<10)
+	}
+}

@@ -1,0 +1,374 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/archive"
+	"github.com/slacker-dev/slacker/internal/errdefs"
+	"github.com/slacker-dev/slacker/internal/labels"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/volume"
+)
+
+// RootMode says how a container's root filesystem is made from its image.
+type RootMode string
+
+const (
+	// RootShared: an overlay whose lower layer is the node's one read-only mount
+	// of the image's snapshot, shared by every container of the image (so its page
+	// cache exists once per node), and whose upper layer, on node-local disk,
+	// takes the container's writes. A first write to an image file copies the
+	// whole file up, as overlay2 does.
+	RootShared RootMode = "shared"
+	// RootBlock: a block-level clone of the image's snapshot with an ext4 of its
+	// own: copy-on-write of 4 KiB blocks whatever the file's size, and a page
+	// cache of its own.
+	RootBlock RootMode = "block"
+)
+
+// ParseRootMode reads a root mode by name; "" is "" (the default applies).
+func ParseRootMode(s string) (RootMode, error) {
+	switch m := RootMode(s); m {
+	case "", RootShared, RootBlock:
+		return m, nil
+	}
+	return "", fmt.Errorf("unknown container root mode %q: use %q or %q: %w", s, RootShared, RootBlock, errdefs.ErrInvalid)
+}
+
+// imageRoot is the node's read-only mount of one image snapshot, shared by the
+// container roots (RootShared) made from it.
+type imageRoot struct {
+	mu    sync.Mutex // serializes making and releasing the mount
+	x     *vol       // the read-only clone, mounted; nil when there is none
+	users int
+}
+
+// imageRootID names the volume of the read-only mount of snapshot s.
+func imageRootID(s digest.Digest) string { return "image-" + s.Encoded() }
+
+// sharedRoot is what a RootShared volume has instead of a block volume.
+type sharedRoot struct {
+	image    digest.Digest
+	root     *imageRoot
+	upper    string // the container's changes
+	work     string // overlayfs's work directory, beside upper
+	readOnly bool   // mounted read-only
+}
+
+// checkShared reports why this node cannot make shared roots, if it cannot.
+func (n *Node) checkShared() error {
+	n.overlayOnce.Do(func() { n.overlayErr = mount.OverlaySupported() })
+	if n.overlayErr != nil {
+		return fmt.Errorf("shared container roots need overlayfs: %v; use the root mode %q: %w",
+			n.overlayErr, RootBlock, errdefs.ErrUnsupported)
+	}
+	return nil
+}
+
+// acquireImage returns the image root of snapshot, mounting it read-only if no
+// container uses it yet, and counts one more user. startup, with fallback, is a
+// container's start: a new image root then replays (or records) the image's
+// start-up trace, since all of the container's reads of the image go through it.
+func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup bool, fallback []digest.Digest) (*imageRoot, error) {
+	n.imagesMu.Lock()
+	ir := n.images[snapshot]
+	if ir == nil {
+		ir = &imageRoot{}
+		n.images[snapshot] = ir
+	}
+	ir.mu.Lock() // held while the mount is made: other users of the image wait for it
+	n.imagesMu.Unlock()
+	defer ir.mu.Unlock()
+	if ir.x == nil {
+		id := imageRootID(snapshot)
+		_, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: snapshot, Mode: RootBlock,
+			Labels: map[string]string{labels.Kind: labels.KindImageRoot}})
+		if err != nil && !errors.Is(err, errdefs.ErrExists) {
+			return nil, fmt.Errorf("image root of %s: %w", snapshot, err)
+		}
+		if err == nil && startup {
+			// Before the mount: its first reads are the trace's first chunks.
+			if x, err := n.get(id); err == nil {
+				x.r.BeginStartup(snapshot, fallback)
+			}
+		}
+		if _, err := n.MountVolume(ctx, id, true); err != nil {
+			if derr := n.DeleteVolume(context.WithoutCancel(ctx), id); derr != nil {
+				n.log.Warn("volume-delete-failed", "volume", id, "err", derr)
+			}
+			return nil, fmt.Errorf("image root of %s: %w", snapshot, err)
+		}
+		x, err := n.get(id)
+		if err != nil {
+			return nil, err
+		}
+		ir.x = x
+		n.log.Info("image-root-mounted", "snapshot", snapshot, "volume", id, "mountpoint", x.mnt)
+	}
+	ir.users++
+	return ir, nil
+}
+
+// releaseImage counts one user less of ir, and when it had the last, unmounts the
+// image root and deletes its volume (a clone never written: nothing is lost).
+func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *imageRoot) {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	ir.users--
+	if ir.users > 0 || ir.x == nil {
+		return
+	}
+	id := ir.x.rec.ID
+	ir.x = nil
+	if err := n.DeleteVolume(ctx, id); err != nil {
+		n.log.Error("image-root-release-failed", "snapshot", snapshot, "volume", id, "err", err)
+		return
+	}
+	n.log.Info("image-root-released", "snapshot", snapshot, "volume", id)
+}
+
+// createShared makes the shared root id of opts.Snapshot: its directory, record
+// and upper layer, and a use of the image root.
+func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) (VolumeInfo, error) {
+	if opts.Snapshot == "" {
+		return VolumeInfo{}, fmt.Errorf("volume %s: a shared root needs an image snapshot: %w", id, errdefs.ErrInvalid)
+	}
+	if err := n.checkShared(); err != nil {
+		return VolumeInfo{}, err
+	}
+	if _, err := n.Map(ctx, opts.Snapshot); err != nil {
+		return VolumeInfo{}, err
+	}
+	n.mu.Lock()
+	_, taken := n.vols[id]
+	n.mu.Unlock()
+	if taken {
+		return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, errdefs.ErrExists)
+	}
+	dir := n.volDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil { // the directory makes the ID this call's
+		if errors.Is(err, fs.ErrExist) {
+			return VolumeInfo{}, fmt.Errorf("volume %s: %w", id, errdefs.ErrExists)
+		}
+		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
+	}
+	sr := &sharedRoot{image: opts.Snapshot, upper: filepath.Join(dir, "upper"), work: filepath.Join(dir, "work")}
+	fail := func(err error) (VolumeInfo, error) {
+		os.RemoveAll(dir)
+		return VolumeInfo{}, err
+	}
+	for _, d := range []string{sr.upper, sr.work} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return fail(fmt.Errorf("create volume %s: %w", id, err))
+		}
+	}
+	rec := Record{ID: id, Labels: opts.Labels, Mode: RootShared, Image: opts.Snapshot, Created: time.Now().UTC()}
+	if err := writeRecord(dir, rec); err != nil {
+		return fail(fmt.Errorf("create volume %s: %w", id, err))
+	}
+	ir, err := n.acquireImage(ctx, opts.Snapshot, opts.Startup, opts.StartupFallback)
+	if err != nil {
+		return fail(err)
+	}
+	sr.root = ir
+	x := &vol{rec: rec, shared: sr}
+	n.mu.Lock()
+	n.vols[id] = x
+	n.mu.Unlock()
+	n.lease.poke()
+	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "mode", RootShared, "startup", opts.Startup)
+	return x.info(), nil
+}
+
+// loadShared takes back the shared root recorded in dir after a restart: its image
+// root (remounted with the other volumes) gains a user, and a mounted one is
+// mounted again.
+func (n *Node) loadShared(ctx context.Context, rec Record) error {
+	dir := n.volDir(rec.ID)
+	sr := &sharedRoot{image: rec.Image, upper: filepath.Join(dir, "upper"), work: filepath.Join(dir, "work")}
+	ir, err := n.acquireImage(ctx, rec.Image, false, nil)
+	if err != nil {
+		return err
+	}
+	sr.root = ir
+	x := &vol{rec: rec, shared: sr}
+	n.mu.Lock()
+	n.vols[rec.ID] = x
+	n.mu.Unlock()
+	if rec.Mounted {
+		x.mu.Lock()
+		defer x.mu.Unlock()
+		if err := n.mountSharedLocked(x, rec.ReadOnly); err != nil {
+			return err
+		}
+		n.log.Info("volume-remounted", "volume", rec.ID, "mountpoint", x.mnt)
+	}
+	return nil
+}
+
+// mountSharedLocked mounts the overlay of shared root x.
+func (n *Node) mountSharedLocked(x *vol, readOnly bool) error {
+	sr := x.shared
+	lower := sr.root.lower()
+	if lower == "" {
+		return fmt.Errorf("mount volume %s: the image root of %s is not mounted: %w", x.rec.ID, sr.image, errdefs.ErrUnavailable)
+	}
+	if _, err := os.Stat(sr.upper); err != nil {
+		return fmt.Errorf("mount volume %s: its upper layer: %w", x.rec.ID, err)
+	}
+	mnt := filepath.Join(n.cfg.Root, "mnt", x.rec.ID)
+	if err := mount.MountOverlay(mount.OverlaySpec{Lower: []string{lower}, Upper: sr.upper, Work: sr.work}, mnt); err != nil {
+		return fmt.Errorf("mount volume %s: %w", x.rec.ID, err)
+	}
+	if readOnly {
+		if err := unix.Mount("", mnt, "", unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_BIND, ""); err != nil {
+			mount.Unmount(mnt, time.Second)
+			return fmt.Errorf("mount volume %s read-only: %w", x.rec.ID, err)
+		}
+	}
+	x.mnt, sr.readOnly = mnt, readOnly
+	n.log.Info("volume-mounted", "volume", x.rec.ID, "mountpoint", mnt, "mode", RootShared, "image", sr.image, "read_only", readOnly)
+	return nil
+}
+
+// lower returns the mountpoint of the image root, "" if it has none.
+func (ir *imageRoot) lower() string {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	if ir.x == nil {
+		return ""
+	}
+	ir.x.mu.Lock()
+	defer ir.x.mu.Unlock()
+	return ir.x.mnt
+}
+
+// flushSharedLocked writes the changes of a mounted shared root to its upper
+// layer's filesystem (syncfs), and fails if the kernel lost a write there.
+func (n *Node) flushSharedLocked(x *vol) error {
+	if x.mnt == "" {
+		return nil
+	}
+	f, err := os.Open(x.mnt)
+	if err != nil {
+		return fmt.Errorf("flush volume %s: %w", x.rec.ID, err)
+	}
+	defer f.Close()
+	if err := unix.Syncfs(int(f.Fd())); err != nil {
+		return fmt.Errorf("flush volume %s: writes to its upper layer were lost: %w", x.rec.ID, err)
+	}
+	return nil
+}
+
+// commitShared makes the content of shared root x a snapshot in O(data written):
+// a block-level clone of the image's snapshot, the upper layer's changes applied
+// onto it in place (a changed file is rewritten where its blocks differ; deletions,
+// opaque directories, modes, owners, xattrs, links and devices as the upper layer
+// has them), free blocks trimmed, then the clone's snapshot. The caller keeps the
+// container from writing meanwhile (slacker commit pauses it, as docker commit does).
+func (n *Node) commitShared(ctx context.Context, x *vol, opts SnapshotOptions) (*volume.SnapshotResult, error) {
+	sr := x.shared
+	if _, err := os.Stat(sr.upper); err != nil {
+		return nil, fmt.Errorf("commit volume %s: its upper layer %s is gone (%v): there is nothing to commit: %w",
+			x.rec.ID, sr.upper, err, errdefs.ErrNotFound)
+	}
+	if err := n.flushSharedLocked(x); err != nil {
+		return nil, err
+	}
+	start := time.Now()
+	changes, err := archive.UpperChanges(ctx, sr.upper)
+	if err != nil {
+		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+	}
+	cid := "commit-" + x.rec.ID + "-" + randomID()[:8]
+	info, err := n.CreateVolume(ctx, CreateOptions{ID: cid, Snapshot: sr.image, Mode: RootBlock,
+		Labels: map[string]string{labels.Kind: labels.KindCommit}})
+	if err != nil {
+		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+	}
+	defer func() {
+		if err := n.DeleteVolume(context.WithoutCancel(ctx), cid); err != nil {
+			n.log.Warn("volume-delete-failed", "volume", cid, "err", err)
+		}
+	}()
+	if info, err = n.MountVolume(ctx, cid, false); err != nil {
+		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+	}
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(archive.WriteChanges(ctx, pw, sr.upper, changes, archive.WriteOptions{Xattrs: archive.OverlayXattrs}))
+	}()
+	st, err := archive.Apply(ctx, info.Mountpoint, pr, archive.Options{AllowDevices: true, InPlace: true, Logger: n.log})
+	pr.CloseWithError(errors.New("apply stopped"))
+	if err != nil {
+		return nil, fmt.Errorf("commit volume %s: apply its upper layer: %w", x.rec.ID, err)
+	}
+	if err := n.UnmountVolume(ctx, cid); err != nil { // trims and flushes first
+		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+	}
+	res, err := n.SnapshotVolume(ctx, cid, opts)
+	if err != nil {
+		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+	}
+	n.log.Info("shared-root-committed", "volume", x.rec.ID, "snapshot", res.ID, "image", sr.image, "changes", len(changes),
+		"files_rewritten", st.Rewritten, "bytes_rewritten", st.RewrittenBytes, "delta_bytes", res.DeltaBytes,
+		"new_bytes", res.NewBytes, "took", time.Since(start))
+	return res, nil
+}
+
+// deleteSharedLocked unmounts shared root x, removes its directory (the upper
+// layer) and releases its image root.
+func (n *Node) deleteSharedLocked(ctx context.Context, x *vol) error {
+	if err := n.unmountLocked(x); err != nil {
+		return err
+	}
+	dir := n.volDir(x.rec.ID)
+	trash := dir + ".deleting"
+	if err := os.Rename(dir, trash); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("delete volume %s: %w", x.rec.ID, err)
+	}
+	x.gone = true
+	n.mu.Lock()
+	delete(n.vols, x.rec.ID)
+	n.mu.Unlock()
+	n.releaseImage(ctx, x.shared.image, x.shared.root)
+	n.lease.poke()
+	if err := os.RemoveAll(trash); err != nil {
+		return fmt.Errorf("delete volume %s: %w", x.rec.ID, err)
+	}
+	n.log.Info("volume-deleted", "volume", x.rec.ID, "mode", RootShared)
+	return nil
+}
+
+// upperBytes is the size of the files a shared root's upper layer holds.
+func upperBytes(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil && info.Mode().IsRegular() {
+			n += info.Size() // written but not yet allocated counts too
+		}
+		return nil
+	})
+	return n
+}
+
+// volume returns the image root's volume, nil if it has none.
+func (ir *imageRoot) volume() *vol {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	return ir.x
+}
