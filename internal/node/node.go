@@ -62,9 +62,9 @@ type Record struct {
 	ReadOnly bool              `json:"read_only,omitempty"`
 	// Mode is RootShared for a shared root (the overlay of a container over its
 	// image's root, Image), empty for a block volume.
-	Mode  RootMode      `json:"mode,omitempty"`
-	Image digest.Digest `json:"image,omitempty"`
-	Created  time.Time         `json:"created"`
+	Mode    RootMode      `json:"mode,omitempty"`
+	Image   digest.Digest `json:"image,omitempty"`
+	Created time.Time     `json:"created"`
 }
 
 // VolumeInfo describes a volume.
@@ -109,16 +109,16 @@ type Node struct {
 }
 
 type vol struct {
-	mu   sync.Mutex // serializes mount, unmount, snapshot, delete
-	v    *volume.Volume   // nil for a shared root
-	r    *prefetch.Reader // reads v's base and fetches ahead of it
+	mu sync.Mutex       // serializes mount, unmount, snapshot, delete
+	v  *volume.Volume   // nil for a shared root
+	r  *prefetch.Reader // reads v's base and fetches ahead of it
 	// shared is what a shared root (RootShared) has instead of v and r.
 	shared *sharedRoot
-	rec  Record
-	dev  string // loop device while mounted
-	mnt  string
-	file string // FUSE file
-	gone bool
+	rec    Record
+	dev    string // loop device while mounted
+	mnt    string
+	file   string // FUSE file
+	gone   bool
 }
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)

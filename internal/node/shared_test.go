@@ -321,4 +321,3 @@ func syncPath(p string) error {
 	defer f.Close()
 	return f.Sync()
 }
-
