@@ -76,6 +76,7 @@ func command() *cobra.Command {
 			set("snapshot-hold", &cfg.GC.SnapshotHold, flags.GC.SnapshotHold)
 			set("snapshotter-socket", &cfg.SnapshotterSocket, flags.SnapshotterSocket)
 			set("startup-trace", &cfg.StartupTrace, flags.StartupTrace)
+			set("container-root", &cfg.ContainerRoot, flags.ContainerRoot)
 			set("docker-config", &cfg.Registry.DockerConfig, flags.Registry.DockerConfig)
 			if f.Changed("direct-io") {
 				cfg.DirectIO = &directIO
@@ -105,6 +106,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.GC.SnapshotHold, "snapshot-hold", "", "the node's lease keeps each snapshot it writes this long (default 1h)")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
+	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
 	f.StringVar(&flags.GraphDriver.Socket, "graphdriver-socket", "", "serve Docker's graph-driver plugin here (off by default; docs/docker.md), e.g. /run/docker/plugins/slacker.sock")
@@ -146,6 +148,7 @@ func run(cfg config.Daemon) error {
 	n, err := node.Open(ctx, node.Config{
 		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes, CacheNoDisk: noDisk,
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, StartupWindow: r.StartupWindow, Logger: log,
+		RootMode: node.RootMode(r.ContainerRoot),
 		Fetch: fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),

@@ -49,6 +49,11 @@ type CreateVolumeRequest struct {
 	// StartupFallback are snapshots whose traces are replayed when Snapshot has none
 	// (the image's earlier layers, newest first).
 	StartupFallback []digest.Digest `json:"startup_fallback,omitempty"`
+	// Mode is how the volume is made from Snapshot: "shared" (an overlay over the
+	// node's read-only mount of the snapshot), "block" (a block-level clone), or
+	// empty: the node's container_root for a container's root (Startup), a block
+	// clone otherwise.
+	Mode string `json:"mode,omitempty"`
 }
 
 // VolumeStats are a volume's I/O counters.
@@ -78,6 +83,8 @@ type Volume struct {
 	Mountpoint string            `json:"mountpoint,omitempty"`
 	Device     string            `json:"device,omitempty"`
 	File       string            `json:"file"`
+	Mode       string            `json:"mode,omitempty"`  // "shared" for a shared root
+	Image      digest.Digest     `json:"image,omitempty"` // a shared root's image snapshot
 	Created    time.Time         `json:"created"`
 	Stats      VolumeStats       `json:"stats"`
 }

@@ -49,6 +49,12 @@ type Daemon struct {
 	// its image's start-up trace, replayed as prefetches when the image next starts
 	// ("30s" by default; "off": neither recorded nor replayed; docs/design.md).
 	StartupTrace string `toml:"startup_trace"`
+	// ContainerRoot is how container roots are made unless a container or its
+	// image says otherwise: "shared" (default: an overlay over one read-only mount
+	// of the image per node, whose page cache all its containers share) or
+	// "block" (a block-level clone per container: 4 KiB copy-on-write, a page cache
+	// of its own; docs/design.md says when to choose it).
+	ContainerRoot string `toml:"container_root"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
 	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
@@ -107,6 +113,7 @@ type Resolved struct {
 	LeaseInterval, LeaseTTL         time.Duration
 	SnapshotHold                    time.Duration
 	StartupWindow                   time.Duration // negative: off
+	ContainerRoot                   string        // "shared" or "block"
 }
 
 // Resolve checks d and parses its values.
@@ -205,6 +212,14 @@ func (d Daemon) Resolve() (Resolved, error) {
 	}
 	if _, err := os.Stat(r.Root); err != nil && !os.IsNotExist(err) {
 		return r, err
+	}
+	switch d.ContainerRoot {
+	case "", "shared":
+		r.ContainerRoot = "shared"
+	case "block":
+		r.ContainerRoot = "block"
+	default:
+		return r, fmt.Errorf("container_root %q: want \"shared\" or \"block\"", d.ContainerRoot)
 	}
 	return r, nil
 }

@@ -84,6 +84,23 @@ func TestStartupTrace(t *testing.T) {
 	}
 }
 
+func TestContainerRoot(t *testing.T) {
+	for value, want := range map[string]string{"": "shared", "shared": "shared", "block": "block", "zfs": ""} {
+		d := Defaults()
+		d.Root, d.ContainerRoot = t.TempDir(), value
+		r, err := d.Resolve()
+		if want == "" {
+			if err == nil || !strings.Contains(err.Error(), `container_root "zfs"`) {
+				t.Errorf("%q: err %v, want one naming container_root", value, err)
+			}
+			continue
+		}
+		if err != nil || r.ContainerRoot != want {
+			t.Errorf("%q: %q, err %v; want %q", value, r.ContainerRoot, err, want)
+		}
+	}
+}
+
 // TestShippedConfig: the example in contrib/systemd loads and resolves.
 func TestShippedConfig(t *testing.T) {
 	d, err := Load("../../contrib/systemd/slackerd.toml")

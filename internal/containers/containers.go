@@ -52,6 +52,8 @@ type Record struct {
 	Finished time.Time     `json:"finished,omitzero"`
 	Status   string        `json:"status"`
 	ExitCode int           `json:"exit_code"`
+	// Mode is how the root was made: "shared" or "block".
+	Mode string `json:"mode,omitempty"`
 }
 
 // Manager keeps container records in a directory.
@@ -82,6 +84,9 @@ type CreateOptions struct {
 	ImageName string
 	Image     *image.Descriptor
 	Run       runc.Config // Image, ID and Rootfs are filled in by Create
+	// Mode is how the root is made: "shared", "block", or empty for the image's
+	// label (labels.RootMode), else slackerd's container_root.
+	Mode string
 }
 
 // Create clones the image's snapshot into a mounted volume and writes the bundle.
@@ -103,8 +108,21 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Record, error) 
 	for i := len(o.Image.Layers) - 1; i >= 0; i-- {
 		earlier = append(earlier, o.Image.Layers[i].Snapshot)
 	}
+	mode := o.Mode
+	if mode == "" {
+		mode = o.Image.Config.Labels[labels.RootMode]
+	}
+	switch mode {
+	case "", "shared", "block":
+	default:
+		from := "--root-mode"
+		if o.Mode == "" {
+			from = "the image's label " + labels.RootMode
+		}
+		return nil, errdefs.Errorf(errdefs.ErrInvalid, "unknown container root mode %q (from %s): use shared or block", mode, from)
+	}
 	vol, err := m.node.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: o.Image.Snapshot, Mount: true,
-		Startup: true, StartupFallback: earlier,
+		Startup: true, StartupFallback: earlier, Mode: mode,
 		Labels: map[string]string{labels.Kind: labels.KindContainer, labels.Container: name, labels.Image: o.ImageName}})
 	if err != nil {
 		return nil, fmt.Errorf("clone image %s: %w", o.ImageName, err)
@@ -129,7 +147,10 @@ func (m *Manager) Create(ctx context.Context, o CreateOptions) (*Record, error) 
 	}
 	spec, _ := runc.Spec(rc)
 	r := &Record{ID: id, Name: name, Image: o.ImageName, Snapshot: o.Image.Snapshot, Command: spec.Process.Args,
-		Rootfs: vol.Mountpoint, Created: time.Now().UTC(), Status: Created}
+		Rootfs: vol.Mountpoint, Created: time.Now().UTC(), Status: Created, Mode: vol.Mode}
+	if r.Mode == "" {
+		r.Mode = "block"
+	}
 	if err := m.save(r); err != nil {
 		m.node.DeleteVolume(context.WithoutCancel(ctx), id)
 		os.RemoveAll(dir)
@@ -176,10 +197,25 @@ func (m *Manager) Remove(ctx context.Context, nameOrID string, force bool) error
 // Commit snapshots a container's root filesystem (in O(changed data); a running
 // container's filesystem is frozen for the moment it takes) and returns the
 // descriptor of a new image based on its image.
-func (m *Manager) Commit(ctx context.Context, nameOrID string, base *image.Descriptor, comment string) (*image.Descriptor, api.Snapshot, error) {
+func (m *Manager) Commit(ctx context.Context, nameOrID string, base *image.Descriptor, comment string) (_ *image.Descriptor, _ api.Snapshot, err error) {
 	r, err := m.Get(nameOrID)
 	if err != nil {
 		return nil, api.Snapshot{}, err
+	}
+	if r.Mode == "shared" {
+		// A block root is frozen by slackerd for the snapshot; an overlay cannot
+		// be, so a running container is paused while its changes are read, as
+		// docker commit does.
+		if st, _ := m.rt.State(ctx, r.ID); st == "running" {
+			if err := m.rt.Pause(ctx, r.ID); err != nil {
+				return nil, api.Snapshot{}, fmt.Errorf("commit %s: %w", r.Name, err)
+			}
+			defer func() {
+				if rerr := m.rt.Resume(context.WithoutCancel(ctx), r.ID); rerr != nil {
+					err = errors.Join(err, fmt.Errorf("commit %s: the container stays paused: %w", r.Name, rerr))
+				}
+			}()
+		}
 	}
 	snap, err := m.node.SnapshotVolume(ctx, r.ID, api.SnapshotRequest{})
 	if err != nil {

@@ -178,6 +178,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 func volumeOf(v node.VolumeInfo) api.Volume {
 	return api.Volume{ID: v.ID, Labels: v.Labels, Base: v.Base, Size: v.Size, Mounted: v.Mountpoint != "",
 		ReadOnly: v.ReadOnly, Mountpoint: v.Mountpoint, Device: v.Device, File: v.File, Created: v.Created,
+		Mode: string(v.Mode), Image: v.Image,
 		Stats: api.VolumeStats{ReadBytes: v.Stats.ReadBytes, WrittenBytes: v.Stats.WrittenBytes,
 			BaseReadBytes: v.Stats.BaseReadBytes, FetchedBytes: v.Stats.FetchedBytes,
 			CacheHits: v.Stats.CacheHits, CacheMisses: v.Stats.CacheMisses,
@@ -200,8 +201,13 @@ func (s *Server) createVolume(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	mode, err := node.ParseRootMode(req.Mode)
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
 	v, err := s.node.CreateVolume(r.Context(), node.CreateOptions{ID: req.ID, Snapshot: req.Snapshot, Size: req.Size, Labels: req.Labels,
-		Startup: req.Startup, StartupFallback: req.StartupFallback})
+		Startup: req.Startup, StartupFallback: req.StartupFallback, Mode: mode})
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -98,21 +99,29 @@ func seqContent(i int) []byte {
 
 // TestKill9WithRunningContainers kills slackerd with SIGKILL while two containers
 // run, one of them writing and fsyncing files in its root filesystem, and restarts
-// it. The containers, whose root filesystems died with the daemon, are stopped and
-// recorded as exited; their volumes are remounted with every fsynced file; the
-// filesystem is clean; the writer's volume can be committed and run; removing the
-// containers leaves no mount, loop device or runc state behind.
+// it, in each container root mode. The containers, whose root filesystems died
+// with the daemon, are stopped and recorded as exited; their roots are remounted
+// with every fsynced file; the filesystem is clean (the block root's, or the image
+// root under the shared ones); the writer's root can be committed and run;
+// removing the containers leaves no mount, loop device or runc state behind.
 func TestKill9WithRunningContainers(t *testing.T) {
 	testutil.RequireTool(t, "runc", "umoci")
+	testutil.RequireOverlay(t)
 	layout := testenv.DebianOCI(t)
+	for _, mode := range []string{"shared", "block"} {
+		t.Run(mode, func(t *testing.T) { kill9WithRunningContainers(t, layout, mode) })
+	}
+}
+
+func kill9WithRunningContainers(t *testing.T, layout, mode string) {
 	ctx := context.Background()
 	work := t.TempDir()
 	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"))
 	cli(t, p, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
 
-	writer := runBackground(t, p, "run", "--name", "writer", "debian:bookworm", "--", "sh", "-c",
+	writer := runBackground(t, p, "run", "--root-mode", mode, "--name", "writer", "debian:bookworm", "--", "sh", "-c",
 		`i=0; while :; do seq $i $((i+2000)) > /data-$i && sync /data-$i && echo $i; i=$((i+1)); done`)
-	sleeper := runBackground(t, p, "run", "--name", "sleeper", "debian:bookworm", "--", "sleep", "100000")
+	sleeper := runBackground(t, p, "run", "--root-mode", mode, "--name", "sleeper", "debian:bookworm", "--", "sleep", "100000")
 	deadline := time.Now().Add(2 * time.Minute)
 	for len(writer.output()) < 30 {
 		if time.Now().After(deadline) {
@@ -184,8 +193,20 @@ func TestKill9WithRunningContainers(t *testing.T) {
 	if err := c.UnmountVolume(ctx, ids["writer"]); err != nil {
 		t.Fatal(err)
 	}
-	if out, err := mount.Fsck(ctx, vol.File); err != nil {
-		t.Fatalf("writer's filesystem after kill -9: %v\n%s", err, out)
+	fsckFile := vol.File
+	if mode == "shared" { // the writer's changes are files on the node's disk; the image root is the ext4
+		vols, err := c.Volumes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols {
+			if v.Labels[labels.Kind] == labels.KindImageRoot {
+				fsckFile = v.File
+			}
+		}
+	}
+	if out, err := mount.Fsck(ctx, fsckFile); err != nil {
+		t.Fatalf("%s root's filesystem after kill -9: %v\n%s", mode, err, out)
 	}
 	cli(t, p, 0, "rm", "writer", "sleeper")
 	if out := cli(t, p, 0, "ps", "-a", "-q"); out != "" {

@@ -28,6 +28,14 @@ const (
 	KindCommit         = "commit"          // a clone a shared root's changes are applied onto, to commit them
 )
 
+// Image labels (the image configuration's Labels, as a Dockerfile's LABEL sets
+// them).
+const (
+	// RootMode says how the roots of the image's containers are made, "shared" or
+	// "block", unless a container says otherwise (slacker run --root-mode).
+	RootMode = "dev.slacker.root-mode"
+)
+
 // Annotations in registries.
 const (
 	// ManifestSnapshot marks the manifest of a Slacker image with its snapshot ID.

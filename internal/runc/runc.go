@@ -147,3 +147,19 @@ func (r *Runtime) Delete(ctx context.Context, id string, force bool) error {
 	}
 	return nil
 }
+
+// Pause freezes every process of a running container (runc pause); Resume thaws
+// them. A commit of a shared root pauses its container so that it reads one
+// moment of the container's changes, as docker commit does.
+func (r *Runtime) Pause(ctx context.Context, id string) error { return r.simple(ctx, "pause", id) }
+
+// Resume thaws a container Pause froze.
+func (r *Runtime) Resume(ctx context.Context, id string) error { return r.simple(ctx, "resume", id) }
+
+func (r *Runtime) simple(ctx context.Context, verb, id string) error {
+	out, err := exec.CommandContext(ctx, r.binary(), "--root", r.Root, verb, id).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("runc %s %s: %w: %s", verb, id, err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
