@@ -162,6 +162,7 @@ func TestContainerdSnapshotter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("fetched ahead: %+v", st.Prefetch) // to tell readahead or a trace from the start's own reads
 	checkLazyShare(t, "pull + run through containerd", st.Fetch.FetchedBytes, images[0].Descriptor.DataSize)
 	// A container's writes stay in its own volume.
 	ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w1", "sh", "-c", "echo mine > /etc/motd")

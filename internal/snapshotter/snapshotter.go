@@ -54,7 +54,10 @@ type Options struct {
 	// VolumePrefix prefixes the IDs of the volumes this snapshotter makes
 	// (default "ctrd-"); two snapshotters on one node need different prefixes.
 	VolumePrefix string
-	Logger       *slog.Logger
+	// RootMode is how containers' roots are made (active snapshots over an
+	// image, not layers being unpacked): empty for the node's container_root.
+	RootMode node.RootMode
+	Logger   *slog.Logger
 }
 
 // Snapshotter implements containerd's snapshots.Snapshotter and snapshots.Cleaner.
@@ -274,7 +277,11 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		// its image's start-up trace.
 		container := kind == snapshots.KindActive && parent != "" && base.Labels[labels.SnapshotRef] == "" &&
 			!strings.HasPrefix(key, "extract-")
-		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from, Startup: container,
+		mode := node.RootBlock // a layer is unpacked into a block clone, then snapshotted
+		if container {
+			mode = s.o.RootMode
+		}
+		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from, Startup: container, Mode: mode,
 			Labels: map[string]string{labels.Kind: labels.KindContainerd, labels.ContainerdKey: key}}); err != nil {
 			return fmt.Errorf("clone %s for %s: %w", from, key, MapError(err))
 		}

@@ -27,22 +27,28 @@ import (
 )
 
 // TestContainerdSuite runs containerd's own snapshotter test suite against the
-// Slacker snapshotter on a real node (FUSE, loop devices, ext4). Its tests run in
-// parallel, each with its own snapshotter on the shared node.
+// Slacker snapshotter on a real node (FUSE, loop devices, ext4), in each container
+// root mode. Its tests run in parallel, each with its own snapshotter on the shared
+// node. The suite is told that shared roots are "overlayfs": that name makes it
+// expect overlayfs's rule for renaming a directory of a lower layer (EXDEV, which
+// programs answer by copying), the rule of containerd's own overlay snapshotter and
+// Docker's overlay2 too; everything else it checks alike.
 func TestContainerdSuite(t *testing.T) {
 	d := testenv.StartDaemon(t, testenv.DaemonOptions{})
 	var seq atomic.Int64
-	testsuite.SnapshotterSuite(t, "slacker", func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
-		prefix := fmt.Sprintf("ts%d-", seq.Add(1))
-		sn, err := snapshotter.New(d.Node, snapshotter.Options{Dir: root, VolumePrefix: prefix})
-		if err != nil {
-			return nil, nil, err
-		}
-		return sn, func() error {
-			sn.Close()
-			return deleteVolumes(d.Node, prefix)
-		}, nil
-	})
+	for name, mode := range map[string]node.RootMode{"overlayfs": node.RootShared, "slacker-block": node.RootBlock} {
+		testsuite.SnapshotterSuite(t, name, func(ctx context.Context, root string) (snapshots.Snapshotter, func() error, error) {
+			prefix := fmt.Sprintf("ts%d-", seq.Add(1))
+			sn, err := snapshotter.New(d.Node, snapshotter.Options{Dir: root, VolumePrefix: prefix, RootMode: mode})
+			if err != nil {
+				return nil, nil, err
+			}
+			return sn, func() error {
+				sn.Close()
+				return deleteVolumes(d.Node, prefix)
+			}, nil
+		})
+	}
 }
 
 func deleteVolumes(n *node.Node, prefix string) error {
