@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -62,9 +63,11 @@ type Record struct {
 	ReadOnly bool              `json:"read_only,omitempty"`
 	// Mode is RootShared for a shared root (the overlay of a container over its
 	// image's root, Image), empty for a block volume.
-	Mode    RootMode      `json:"mode,omitempty"`
-	Image   digest.Digest `json:"image,omitempty"`
-	Created time.Time     `json:"created"`
+	Mode  RootMode      `json:"mode,omitempty"`
+	Image digest.Digest `json:"image,omitempty"`
+	// Parent is the shared root a shared root stands on (CreateOptions.Parent).
+	Parent  string    `json:"parent,omitempty"`
+	Created time.Time `json:"created"`
 }
 
 // VolumeInfo describes a volume.
@@ -301,10 +304,25 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 			n.log.Info("volume-remounted", "volume", id, "mountpoint", x.mnt)
 		}
 	}
-	for _, rec := range shared {
-		if err := n.loadShared(ctx, rec); err != nil {
-			n.log.Error("volume-remount-failed", "volume", rec.ID, "mode", RootShared, "err", err)
+	// Parents before the roots that stand on them.
+	for len(shared) > 0 {
+		var later []Record
+		for _, rec := range shared {
+			if rec.Parent != "" && slices.ContainsFunc(shared, func(r Record) bool { return r.ID == rec.Parent }) {
+				later = append(later, rec)
+				continue
+			}
+			if err := n.loadShared(ctx, rec); err != nil {
+				n.log.Error("volume-remount-failed", "volume", rec.ID, "mode", RootShared, "err", err)
+			}
 		}
+		if len(later) == len(shared) { // a cycle: records written by hand
+			for _, rec := range later {
+				n.log.Error("volume-unreadable", "volume", rec.ID, "err", "its parents form a cycle")
+			}
+			break
+		}
+		shared = later
 	}
 	// An image root no shared root uses (a crash came between the last one's
 	// delete and the root's) goes.
@@ -395,6 +413,10 @@ type CreateOptions struct {
 	// or empty: the node's Config.RootMode for a container's root (Startup), a
 	// block clone otherwise.
 	Mode RootMode
+	// Parent, for a shared root, is another shared root of Snapshot it stands on:
+	// the parent's upper layer lies under its own (Docker's init layer under a
+	// container's). A parent cannot be deleted while a root stands on it.
+	Parent string
 }
 
 func randomID() string {

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -64,6 +65,47 @@ type sharedRoot struct {
 	upper    string // the container's changes
 	work     string // overlayfs's work directory, beside upper
 	readOnly bool   // mounted read-only
+	// parents are the shared roots this one stands on (CreateOptions.Parent),
+	// nearest first: their upper layers lie between its own and the image root.
+	parents []*vol
+}
+
+// lowers returns the upper layers of x's parents, nearest first.
+func (sr *sharedRoot) lowers() []string {
+	out := make([]string, 0, len(sr.parents))
+	for _, p := range sr.parents {
+		out = append(out, p.shared.upper)
+	}
+	return out
+}
+
+// parentsOf returns the chain of shared roots a new root on parent stands on
+// (parent first), checking that parent is a shared root of image.
+func (n *Node) parentsOf(parent string, image digest.Digest) ([]*vol, error) {
+	if parent == "" {
+		return nil, nil
+	}
+	p, err := n.get(parent)
+	if err != nil {
+		return nil, fmt.Errorf("parent %w", err)
+	}
+	if p.shared == nil || p.shared.image != image {
+		return nil, fmt.Errorf("parent volume %s is not a shared root of %s: %w", parent, image, errdefs.ErrInvalid)
+	}
+	return append([]*vol{p}, p.shared.parents...), nil
+}
+
+// childrenOf returns the IDs of the shared roots standing on x.
+func (n *Node) childrenOf(x *vol) []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	var out []string
+	for id, y := range n.vols {
+		if y.shared != nil && len(y.shared.parents) > 0 && y.shared.parents[0] == x {
+			out = append(out, id)
+		}
+	}
+	return out
 }
 
 // checkShared reports why this node cannot make shared roots, if it cannot.
@@ -150,6 +192,10 @@ func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) 
 	if _, err := n.Map(ctx, opts.Snapshot); err != nil {
 		return VolumeInfo{}, err
 	}
+	parents, err := n.parentsOf(opts.Parent, opts.Snapshot)
+	if err != nil {
+		return VolumeInfo{}, err
+	}
 	n.mu.Lock()
 	_, taken := n.vols[id]
 	n.mu.Unlock()
@@ -163,7 +209,8 @@ func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) 
 		}
 		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
 	}
-	sr := &sharedRoot{image: opts.Snapshot, upper: filepath.Join(dir, "upper"), work: filepath.Join(dir, "work")}
+	sr := &sharedRoot{image: opts.Snapshot, upper: filepath.Join(dir, "upper"), work: filepath.Join(dir, "work"),
+		parents: parents}
 	fail := func(err error) (VolumeInfo, error) {
 		os.RemoveAll(dir)
 		return VolumeInfo{}, err
@@ -173,7 +220,8 @@ func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) 
 			return fail(fmt.Errorf("create volume %s: %w", id, err))
 		}
 	}
-	rec := Record{ID: id, Labels: opts.Labels, Mode: RootShared, Image: opts.Snapshot, Created: time.Now().UTC()}
+	rec := Record{ID: id, Labels: opts.Labels, Mode: RootShared, Image: opts.Snapshot, Parent: opts.Parent,
+		Created: time.Now().UTC()}
 	if err := writeRecord(dir, rec); err != nil {
 		return fail(fmt.Errorf("create volume %s: %w", id, err))
 	}
@@ -187,7 +235,8 @@ func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) 
 	n.vols[id] = x
 	n.mu.Unlock()
 	n.lease.poke()
-	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "mode", RootShared, "startup", opts.Startup)
+	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "mode", RootShared, "parent", opts.Parent,
+		"startup", opts.Startup)
 	return x.info(), nil
 }
 
@@ -197,6 +246,10 @@ func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) 
 func (n *Node) loadShared(ctx context.Context, rec Record) error {
 	dir := n.volDir(rec.ID)
 	sr := &sharedRoot{image: rec.Image, upper: filepath.Join(dir, "upper"), work: filepath.Join(dir, "work")}
+	var err error
+	if sr.parents, err = n.parentsOf(rec.Parent, rec.Image); err != nil {
+		return err
+	}
 	ir, err := n.acquireImage(ctx, rec.Image, false, nil)
 	if err != nil {
 		return err
@@ -228,7 +281,8 @@ func (n *Node) mountSharedLocked(x *vol, readOnly bool) error {
 		return fmt.Errorf("mount volume %s: its upper layer: %w", x.rec.ID, err)
 	}
 	mnt := filepath.Join(n.cfg.Root, "mnt", x.rec.ID)
-	if err := mount.MountOverlay(mount.OverlaySpec{Lower: []string{lower}, Upper: sr.upper, Work: sr.work}, mnt); err != nil {
+	spec := mount.OverlaySpec{Lower: append(sr.lowers(), lower), Upper: sr.upper, Work: sr.work}
+	if err := mount.MountOverlay(spec, mnt); err != nil {
 		return fmt.Errorf("mount volume %s: %w", x.rec.ID, err)
 	}
 	if readOnly {
@@ -287,9 +341,15 @@ func (n *Node) commitShared(ctx context.Context, x *vol, opts SnapshotOptions) (
 		return nil, err
 	}
 	start := time.Now()
-	changes, err := archive.UpperChanges(ctx, sr.upper)
-	if err != nil {
-		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+	// The upper layers from the bottom up: the parents' (oldest first), then x's.
+	uppers := append([]string{sr.upper}, sr.lowers()...)
+	slices.Reverse(uppers)
+	changes := make([][]archive.Change, len(uppers))
+	for i, u := range uppers {
+		var err error
+		if changes[i], err = archive.UpperChanges(ctx, u); err != nil {
+			return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
+		}
 	}
 	cid := "commit-" + x.rec.ID + "-" + randomID()[:8]
 	info, err := n.CreateVolume(ctx, CreateOptions{ID: cid, Snapshot: sr.image, Mode: RootBlock,
@@ -305,14 +365,21 @@ func (n *Node) commitShared(ctx context.Context, x *vol, opts SnapshotOptions) (
 	if info, err = n.MountVolume(ctx, cid, false); err != nil {
 		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
 	}
-	pr, pw := io.Pipe()
-	go func() {
-		pw.CloseWithError(archive.WriteChanges(ctx, pw, sr.upper, changes, archive.WriteOptions{Xattrs: archive.OverlayXattrs}))
-	}()
-	st, err := archive.Apply(ctx, info.Mountpoint, pr, archive.Options{AllowDevices: true, InPlace: true, Logger: n.log})
-	pr.CloseWithError(errors.New("apply stopped"))
-	if err != nil {
-		return nil, fmt.Errorf("commit volume %s: apply its upper layer: %w", x.rec.ID, err)
+	var st archive.Stats
+	nchanges := 0
+	for i, u := range uppers {
+		pr, pw := io.Pipe()
+		go func() {
+			pw.CloseWithError(archive.WriteChanges(ctx, pw, u, changes[i], archive.WriteOptions{Xattrs: archive.OverlayXattrs}))
+		}()
+		s, err := archive.Apply(ctx, info.Mountpoint, pr, archive.Options{AllowDevices: true, InPlace: true, Logger: n.log})
+		pr.CloseWithError(errors.New("apply stopped"))
+		if err != nil {
+			return nil, fmt.Errorf("commit volume %s: apply the upper layer %s: %w", x.rec.ID, u, err)
+		}
+		st.Rewritten += s.Rewritten
+		st.RewrittenBytes += s.RewrittenBytes
+		nchanges += len(changes[i])
 	}
 	if err := n.UnmountVolume(ctx, cid); err != nil { // trims and flushes first
 		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
@@ -321,7 +388,7 @@ func (n *Node) commitShared(ctx context.Context, x *vol, opts SnapshotOptions) (
 	if err != nil {
 		return nil, fmt.Errorf("commit volume %s: %w", x.rec.ID, err)
 	}
-	n.log.Info("shared-root-committed", "volume", x.rec.ID, "snapshot", res.ID, "image", sr.image, "changes", len(changes),
+	n.log.Info("shared-root-committed", "volume", x.rec.ID, "snapshot", res.ID, "image", sr.image, "changes", nchanges,
 		"files_rewritten", st.Rewritten, "bytes_rewritten", st.RewrittenBytes, "delta_bytes", res.DeltaBytes,
 		"new_bytes", res.NewBytes, "took", time.Since(start))
 	return res, nil
@@ -330,6 +397,9 @@ func (n *Node) commitShared(ctx context.Context, x *vol, opts SnapshotOptions) (
 // deleteSharedLocked unmounts shared root x, removes its directory (the upper
 // layer) and releases its image root.
 func (n *Node) deleteSharedLocked(ctx context.Context, x *vol) error {
+	if kids := n.childrenOf(x); len(kids) > 0 {
+		return fmt.Errorf("delete volume %s: shared roots %v stand on it: %w", x.rec.ID, kids, errdefs.ErrBusy)
+	}
 	if err := n.unmountLocked(x); err != nil {
 		return err
 	}

@@ -321,3 +321,80 @@ func syncPath(p string) error {
 	defer f.Close()
 	return f.Sync()
 }
+
+// TestSharedRootParent: a shared root standing on another (Docker's container on
+// its init layer) sees the image, its parent's changes and its own; a commit of it
+// has all of them; the parent cannot go while the child stands on it; both come
+// back after a restart.
+func TestSharedRootParent(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := openNode(t, filepath.Join(dir, "node"), st)
+	t.Cleanup(func() { n.Close(ctx) })
+	img, _ := sharedImage(t, n)
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "init", Snapshot: img, Mode: RootShared}); err != nil {
+		t.Fatal(err)
+	}
+	in, err := n.MountVolume(ctx, "init", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{"etc/hostname": "init\n", "etc/motd": "from init\n"} {
+		if err := os.WriteFile(filepath.Join(in.Mountpoint, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := n.UnmountVolume(ctx, "init"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: RootShared, Parent: "init"}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := n.MountVolume(ctx, "c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(c.Mountpoint, "etc/motd"), []byte("from c\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	check := func(root string) {
+		t.Helper()
+		for name, want := range map[string]string{"etc/hostname": "init\n", "etc/motd": "from c\n", "dir/a": "a"} {
+			if b, err := os.ReadFile(filepath.Join(root, name)); err != nil || string(b) != want {
+				t.Fatalf("%s in %s: %q %v, want %q", name, root, b, err, want)
+			}
+		}
+	}
+	check(c.Mountpoint)
+	if err := n.DeleteVolume(ctx, "init"); !errors.Is(err, errdefs.ErrBusy) {
+		t.Fatalf("delete of a parent in use: %v", err)
+	}
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n = openNode(t, filepath.Join(dir, "node"), st)
+	check(c.Mountpoint)
+	res, err := n.SnapshotVolume(ctx, "c", SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "check", Snapshot: res.ID, Mode: RootShared}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, "check", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(v.Mountpoint)
+	for _, id := range []string{"check", "c", "init"} {
+		if err := n.DeleteVolume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
