@@ -180,7 +180,7 @@ func envOr(k, def string) string {
 // buildCoreImages builds (or finds in the corpus) the images of `slacker-bench
 // core`, from its own workload file.
 func buildCoreImages(b *testing.B, names []string) map[string]rig.Image {
-	raw, err := os.ReadFile(filepath.Join("..", "bench", "core", "workloads.toml"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "bench", "core", "workloads.toml"))
 	if err != nil {
 		b.Fatal(err)
 	}
