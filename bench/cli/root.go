@@ -33,6 +33,7 @@ func Execute() int {
 //	corpus build|list|push|serve|synth|gc|rm
 //	                     the corpus of workload images built from Debian packages
 //	eval ITEM|report     the papers' evaluation, one command per result
+//	docs                 render the docs' figures from the committed results
 func NewCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "slacker-bench",
@@ -48,6 +49,6 @@ starts and stops every daemon it needs; the commands that run containers need ro
 		SilenceErrors: true,
 	}
 	cmd.AddCommand(newCoreCommand(), newHelloCommand(), newReportCommand(), newCorpusCommand(),
-		newEvalCommand(func() (rig.Binaries, error) { return rig.FindBinaries("", "") }))
+		newEvalCommand(func() (rig.Binaries, error) { return rig.FindBinaries("", "") }), newDocsCommand())
 	return cmd
 }

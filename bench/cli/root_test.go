@@ -35,6 +35,7 @@ func TestTree(t *testing.T) {
 		"eval multimake": {"corpus", "images", "iterations", "keep", "only", "out", "runs", "seed", "slackerd-arg", "tests", "work"},
 		"eval report":    {"corpus", "images", "keep", "out", "runs", "seed", "slackerd-arg", "work"},
 		"eval scale":     {"corpus", "counts", "images", "keep", "max-bytes", "out", "runs", "seed", "sizes", "slackerd-arg", "work"},
+		"docs":           {"check", "root"},
 		"eval storage":   {"corpus", "depth", "file-size", "images", "jobs", "keep", "loop-size", "out", "runs", "runtime", "seed", "slackerd-arg", "sweep", "sweep-runtime", "targets", "work"},
 	}
 	got := map[string][]string{}

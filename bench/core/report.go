@@ -115,6 +115,16 @@ func (r *Report) rows() []row {
 	return out
 }
 
+// Rows returns the summary's rows, as WriteMarkdown prints them: image, measure,
+// Slacker's median, containerd + overlayfs's median, and overlayfs / Slacker.
+func (r *Report) Rows() [][]string {
+	var out [][]string
+	for _, x := range r.rows() {
+		out = append(out, []string{x.image, x.what, x.slacker, x.overlay, x.ratio})
+	}
+	return out
+}
+
 // WriteTable prints the summary: medians of each system and overlayfs/slacker.
 func (r *Report) WriteTable(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)

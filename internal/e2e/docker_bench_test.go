@@ -10,11 +10,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/slacker-dev/slacker/bench/e2ebench"
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
@@ -27,16 +27,6 @@ var (
 		"BenchmarkDockerPullRun: images: minbase (debootstrap --variant=minbase) and corpus:NAME (the HelloBench corpus at /var/tmp/slacker-bench/corpus)")
 	dockerBenchOut = flag.String("docker-bench-out", "", "BenchmarkDockerPullRun: write every sample as JSON here")
 )
-
-// dockerSample is one cold `docker pull` + `docker run echo hello`.
-type dockerSample struct {
-	System  string  `json:"system"`
-	Image   string  `json:"image"`
-	Run     int     `json:"run"`
-	PullS   float64 `json:"pull_s"`
-	RunS    float64 `json:"run_s"`
-	Fetched int64   `json:"fetched_bytes,omitempty"` // slackerd's store reads
-}
 
 // BenchmarkDockerPullRun compares, side by side in one run, `docker pull` then
 // `docker run --rm echo hello` on a cold node: dockerd 20.10 with the slacker graph
@@ -95,7 +85,7 @@ func BenchmarkDockerPullRun(b *testing.B) {
 	}
 	pub.Stop()
 
-	var samples []dockerSample
+	var samples []e2ebench.DockerSample
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 11))
 	for run := 1; run <= *dockerBenchRuns; run++ {
 		for _, im := range imgs {
@@ -103,7 +93,7 @@ func BenchmarkDockerPullRun(b *testing.B) {
 			rng.Shuffle(len(systems), func(i, j int) { systems[i], systems[j] = systems[j], systems[i] })
 			for _, sys := range systems {
 				dir := filepath.Join(work, fmt.Sprintf("%s-%s-%d", sys, im.name, run))
-				s := dockerSample{System: sys, Image: im.name, Run: run}
+				s := e2ebench.DockerSample{System: sys, Image: im.name, Run: run}
 				var d *services.Dockerd
 				var node *testenv.Process
 				if sys == "slacker" {
@@ -160,8 +150,8 @@ func BenchmarkDockerPullRun(b *testing.B) {
 	}()))
 	if *dockerBenchOut != "" {
 		commit, _ := exec.Command("git", "rev-parse", "--short", "HEAD").Output()
-		rep := map[string]any{"date": time.Now().UTC(), "machine": machineInfo(), "commit": strings.TrimSpace(string(commit)),
-			"runs": *dockerBenchRuns, "samples": samples}
+		rep := e2ebench.DockerResults{Date: time.Now().UTC(), Machine: machineInfo(), Commit: strings.TrimSpace(string(commit)),
+			Runs: *dockerBenchRuns, Samples: samples}
 		js, _ := json.MarshalIndent(rep, "", "  ")
 		if err := os.WriteFile(*dockerBenchOut, js, 0o644); err != nil {
 			b.Fatal(err)
@@ -176,44 +166,26 @@ func dropCaches(t testing.TB) {
 	}
 }
 
-func median(xs []float64) float64 {
-	if len(xs) == 0 {
-		return 0
-	}
-	s := append([]float64(nil), xs...)
-	sort.Float64s(s)
-	if len(s)%2 == 1 {
-		return s[len(s)/2]
-	}
-	return (s[len(s)/2-1] + s[len(s)/2]) / 2
-}
+func median(xs []float64) float64 { return e2ebench.Median(xs) }
 
 // dockerBenchTable is the markdown table of medians.
-func dockerBenchTable(samples []dockerSample, _ string, images []string) string {
+func dockerBenchTable(samples []e2ebench.DockerSample, _ string, images []string) string {
+	r := &e2ebench.DockerResults{Samples: samples}
 	var b strings.Builder
 	b.WriteString("| image | measure (median) | slacker graph driver | overlay2 | speedup |\n| --- | --- | --- | --- | --- |\n")
 	for _, im := range images {
-		get := func(sys string, f func(dockerSample) float64) float64 {
-			var xs []float64
-			for _, s := range samples {
-				if s.System == sys && s.Image == im {
-					xs = append(xs, f(s))
-				}
-			}
-			return median(xs)
-		}
 		for _, m := range []struct {
 			name string
-			f    func(dockerSample) float64
+			f    e2ebench.DockerMetric
 		}{
-			{"docker pull", func(s dockerSample) float64 { return s.PullS }},
-			{"docker run echo hello", func(s dockerSample) float64 { return s.RunS }},
-			{"pull + run", func(s dockerSample) float64 { return s.PullS + s.RunS }},
+			{"docker pull", e2ebench.DockerPull},
+			{"docker run echo hello", e2ebench.DockerRun},
+			{"pull + run", e2ebench.DockerPullRun},
 		} {
-			sl, ov := get("slacker", m.f), get("overlay2", m.f)
+			sl, ov := r.Median(e2ebench.DockerSlacker, im, m.f), r.Median(e2ebench.DockerOverlay2, im, m.f)
 			fmt.Fprintf(&b, "| %s | %s | %s | %s | %.1fx |\n", im, m.name, secs(sl), secs(ov), ov/sl)
 		}
-		fetched := get("slacker", func(s dockerSample) float64 { return float64(s.Fetched) })
+		fetched := r.Median(e2ebench.DockerSlacker, im, e2ebench.DockerFetched)
 		fmt.Fprintf(&b, "| %s | bytes read from the store (Slacker) | %.1f MB | - | - |\n", im, fetched/1e6)
 	}
 	return b.String()

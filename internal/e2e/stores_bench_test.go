@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/bench/corpus"
+	"github.com/slacker-dev/slacker/bench/e2ebench"
 	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/bench/workload"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
@@ -95,9 +96,9 @@ func BenchmarkDeployStores(b *testing.B) {
 		b.Cleanup(func() { s.s.Close() })
 	}
 	refs := map[string]map[string]string{}
-	var samples []storeSample
+	results := &e2ebench.StoresResults{Runs: runs, Images: images}
 	add := func(sys, img, metric string, v float64, run int) {
-		samples = append(samples, storeSample{sys, img, metric, v, run})
+		results.Samples = append(results.Samples, e2ebench.StoresSample{System: sys, Image: img, Metric: metric, Value: v, Run: run})
 	}
 	for _, s := range systems {
 		if s.publisher != "" {
@@ -111,7 +112,7 @@ func BenchmarkDeployStores(b *testing.B) {
 				b.Fatalf("publish %s with the %s store: %v", name, s.name, err)
 			}
 			refs[s.name][name] = ref
-			add(s.name, name, "publish_s", time.Since(start).Seconds(), 0)
+			add(s.name, name, e2ebench.StoresPublish, time.Since(start).Seconds(), 0)
 			fmt.Fprintf(os.Stderr, "%s: converted and pushed %s in %.1fs\n", s.name, name, time.Since(start).Seconds())
 		}
 	}
@@ -138,10 +139,10 @@ func BenchmarkDeployStores(b *testing.B) {
 					b.Fatalf("%s run %s: exit %d, %q, %v %s", s.name, name, res.ExitCode, res.Stdout, err, res.Stderr)
 				}
 				fetched, _ := s.s.FetchedBytes(ctx)
-				add(s.name, name, "pull_s", pull.Seconds(), run)
-				add(s.name, name, "run_s", res.Took.Seconds(), run)
-				add(s.name, name, "pull_run_s", (pull + res.Took).Seconds(), run)
-				add(s.name, name, "fetched_bytes", float64(fetched), run)
+				add(s.name, name, e2ebench.StoresPull, pull.Seconds(), run)
+				add(s.name, name, e2ebench.StoresRun, res.Took.Seconds(), run)
+				add(s.name, name, e2ebench.StoresPullRun, (pull + res.Took).Seconds(), run)
+				add(s.name, name, e2ebench.StoresFetched, float64(fetched), run)
 				fmt.Fprintf(os.Stderr, "run %d %-14s %-8s pull %.3fs run %.3fs fetched %s", run, s.name, name, pull.Seconds(), res.Took.Seconds(), corpus.HumanBytes(fetched))
 				fmt.Fprintln(os.Stderr)
 			}
@@ -150,47 +151,23 @@ func BenchmarkDeployStores(b *testing.B) {
 	var table strings.Builder
 	fmt.Fprintf(&table, "| image | store | pull | run echo hello | pull + run | vs local | fetched |\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, name := range images {
-		local := storeMedian(samples, "local", name, "pull_run_s")
+		local := results.Median("local", name, e2ebench.StoresPullRun)
 		for _, s := range systems {
-			pr := storeMedian(samples, s.name, name, "pull_run_s")
+			pr := results.Median(s.name, name, e2ebench.StoresPullRun)
 			fmt.Fprintf(&table, "| %s | %s | %.0f ms | %.0f ms | %.0f ms | %.2fx | %s |\n", name, s.name,
-				1000*storeMedian(samples, s.name, name, "pull_s"), 1000*storeMedian(samples, s.name, name, "run_s"), 1000*pr, pr/local,
-				corpus.HumanBytes(int64(storeMedian(samples, s.name, name, "fetched_bytes"))))
+				1000*results.Median(s.name, name, e2ebench.StoresPull), 1000*results.Median(s.name, name, e2ebench.StoresRun), 1000*pr, pr/local,
+				corpus.HumanBytes(int64(results.Median(s.name, name, e2ebench.StoresFetched))))
 		}
 	}
 	// Printed, not logged: go test cuts a benchmark's log short.
 	fmt.Fprintf(os.Stderr, "medians of %d cold runs, %s, %d CPUs:\n%s", runs, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), table.String())
 	if out := os.Getenv("SLACKER_BENCH_RESULTS"); out != "" {
-		data, _ := json.MarshalIndent(map[string]any{"date": time.Now().UTC(), "runs": runs, "images": images, "samples": samples, "table": table.String()}, "", "  ")
+		results.Date, results.Table = time.Now().UTC(), table.String()
+		data, _ := json.MarshalIndent(results, "", "  ")
 		if err := os.WriteFile(out, data, 0o644); err != nil {
 			b.Fatal(err)
 		}
 	}
-}
-
-type storeSample struct {
-	System string  `json:"system"`
-	Image  string  `json:"image"`
-	Metric string  `json:"metric"`
-	Value  float64 `json:"value"`
-	Run    int     `json:"run"`
-}
-
-func storeMedian(samples []storeSample, sys, img, metric string) float64 {
-	var vs []float64
-	for _, s := range samples {
-		if s.System == sys && s.Image == img && s.Metric == metric {
-			vs = append(vs, s.Value)
-		}
-	}
-	if len(vs) == 0 {
-		return 0
-	}
-	slices.Sort(vs)
-	if len(vs)%2 == 1 {
-		return vs[len(vs)/2]
-	}
-	return (vs[len(vs)/2-1] + vs[len(vs)/2]) / 2
 }
 
 func envOr(k, def string) string {
@@ -203,7 +180,7 @@ func envOr(k, def string) string {
 // buildCoreImages builds (or finds in the corpus) the images of `slacker-bench
 // core`, from its own workload file.
 func buildCoreImages(b *testing.B, names []string) map[string]rig.Image {
-	raw, err := os.ReadFile(filepath.Join("..", "bench", "core", "workloads.toml"))
+	raw, err := os.ReadFile(filepath.Join("..", "..", "bench", "core", "workloads.toml"))
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,0 +1,442 @@
+package docsgen
+
+import (
+	"fmt"
+	"math"
+	"strings"
+
+	"github.com/slacker-dev/slacker/bench/hellobench/harness"
+	"github.com/slacker-dev/slacker/bench/hellobench/report"
+)
+
+// HelloBench's results (docs/hellobench/results-*.json, `slacker-bench hello`),
+// through package report's statistics: Slacker ("slacker") against the baseline
+// (containerd + overlayfs, "overlayfs"). Unless said otherwise a number is a median
+// over the workloads both systems ran, of per-workload medians.
+func init() {
+	figures["hello"] = map[string]figure{
+		// deploy|develop median|p90: the speedup of the cycle.
+		"deploy":  helloSummary(1, func(s report.Summary, a []string) (float64, error) { return pick(a[0], s.DeployMedian, s.DeployP90) }),
+		"develop": helloSummary(1, func(s report.Summary, a []string) (float64, error) { return pick(a[0], s.DevMedian, s.DevP90) }),
+		// pull-p90 SYSTEM: the 90th percentile of the system's pull times.
+		"pull-p90": helloSummary(1, func(s report.Summary, a []string) (float64, error) {
+			return bySystem(a[0], s.PullP90, s.BasePullP90)
+		}),
+		// run-ratio: Slacker's run until ready over overlayfs's (deployment).
+		"run-ratio": helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return s.RunRatio, nil }),
+		// fetched-share, read-share: bytes Slacker moved, and the container read,
+		// over the image's uncompressed size.
+		"fetched-share": helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return s.FetchedShare, nil }),
+		"read-share":    helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return s.ReadShare, nil }),
+		// failed, succeeded, samples: failed and successful samples of both
+		// systems, and all samples.
+		"failed": helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return float64(s.Failed + s.BaseFailed), nil }),
+		"samples": number(0, func(d *Data, src string, _ []string) (float64, error) {
+			t, err := d.hello(src)
+			if err != nil {
+				return 0, err
+			}
+			return float64(len(t.R.Samples)), nil
+		}),
+		"succeeded": number(0, func(d *Data, src string, _ []string) (float64, error) {
+			t, err := d.hello(src)
+			if err != nil {
+				return 0, err
+			}
+			n := 0
+			for _, x := range t.R.Samples {
+				if x.OK {
+					n++
+				}
+			}
+			return float64(n), nil
+		}),
+		// runs: repetitions of every sample.
+		"runs": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return float64(t.R.Runs), nil }),
+		// workloads: how many workloads the run measured; oneshot: how many of
+		// them are ready when they exit.
+		"workloads": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return float64(len(t.R.Workloads)), nil }),
+		"oneshot": helloRun(0, func(t *report.Table, _ []string) (float64, error) {
+			n := 0
+			for _, w := range t.R.Workloads {
+				if strings.HasPrefix(w.Ready, "{ exit") {
+					n++
+				}
+			}
+			return float64(n), nil
+		}),
+		// step SYSTEM CYCLES push|pull|run|total: the median over workloads of the
+		// system's median time of that step (CYCLES: one, or both comma-separated).
+		"step": numbers(3, func(d *Data, src string, a []string) ([]float64, error) {
+			t, err := d.hello(src)
+			if err != nil {
+				return nil, err
+			}
+			var vs []float64
+			for _, cycle := range strings.Split(a[1], ",") {
+				v, err := helloStep(t, a[0], cycle, a[2])
+				if err != nil {
+					return nil, err
+				}
+				vs = append(vs, v)
+			}
+			return vs, nil
+		}),
+		// run-gap: Slacker's run until ready minus overlayfs's (deployment).
+		"run-gap": helloRun(0, helloRunGap),
+		// link-time: the link time of the bytes Slacker moved at start-up (median
+		// bytes over the link's rate); latency: what is left of run-gap.
+		"link-time": helloRun(0, helloLinkTime),
+		"latency": helloRun(0, func(t *report.Table, a []string) (float64, error) {
+			g, err := helloRunGap(t, a)
+			if err != nil {
+				return 0, err
+			}
+			l, err := helloLinkTime(t, a)
+			return g - l, err
+		}),
+		// fetched: the bytes Slacker moved for a deployment; moved-read: those bytes
+		// over the bytes the container read.
+		"fetched": helloRun(0, func(t *report.Table, _ []string) (float64, error) {
+			return report.Median(t.PerWorkload("slacker", harness.Deployment, func(c *report.Cell) float64 { return c.Fetched })), nil
+		}),
+		"moved-read": helloRun(0, func(t *report.Table, _ []string) (float64, error) {
+			return report.Median(t.PerWorkload("slacker", harness.Deployment, func(c *report.Cell) float64 {
+				if !(c.Read > 0) {
+					return math.NaN()
+				}
+				return c.Fetched / c.Read
+			})), nil
+		}),
+		// ceiling: overlayfs's deployment over its own run until ready, the speedup
+		// of a free pull and a run as fast as overlayfs's; dev-ceiling: overlayfs's
+		// development cycle over Slacker's run alone.
+		"ceiling": helloRun(0, func(t *report.Table, _ []string) (float64, error) {
+			return report.Median(t.PerWorkload(t.Baseline, harness.Deployment, func(c *report.Cell) float64 { return c.Total / c.Run })), nil
+		}),
+		"dev-ceiling": helloRun(0, func(t *report.Table, _ []string) (float64, error) {
+			var v []float64
+			for _, w := range t.R.Workloads {
+				b, s := t.Cell(w.Name, t.Baseline, harness.Development), t.Cell(w.Name, "slacker", harness.Development)
+				if b.OK() && s.OK() && s.Run > 0 {
+					v = append(v, b.Total/s.Run)
+				}
+			}
+			return report.Median(v), nil
+		}),
+		// faster OTHER: for how many workloads Slacker's run until ready was faster
+		// here than in the results file OTHER.
+		"faster": numbers(1, func(d *Data, src string, a []string) ([]float64, error) {
+			t, err := d.hello(src)
+			if err != nil {
+				return nil, err
+			}
+			o, err := d.hello(a[0])
+			if err != nil {
+				return nil, err
+			}
+			n := 0
+			for _, w := range t.R.Workloads {
+				c, oc := t.Cell(w.Name, "slacker", harness.Deployment), o.Cell(w.Name, "slacker", harness.Deployment)
+				if c.OK() && oc.OK() && c.Run < oc.Run {
+					n++
+				}
+			}
+			return []float64{float64(n)}, nil
+		}),
+		// publish-vs OTHER SYSTEM: publish here over publish in OTHER.
+		"publish-vs": numbers(2, func(d *Data, src string, a []string) ([]float64, error) {
+			var v [2]float64
+			for i, s := range []string{src, a[0]} {
+				t, err := d.hello(s)
+				if err != nil {
+					return nil, err
+				}
+				if v[i], err = helloPublish(t, a[1]); err != nil {
+					return nil, err
+				}
+			}
+			return []float64{v[0] / v[1]}, nil
+		}),
+		// publish SYSTEM: the time the system took to publish every image (for
+		// Slacker, conversion included), summed.
+		"publish": helloRun(1, func(t *report.Table, a []string) (float64, error) { return helloPublish(t, a[0]) }),
+		// image NAME layers|compressed|data: a workload's image as the results
+		// record it: its layers, its gzip and its uncompressed size (bytes).
+		"image": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			w := t.R.Workload(a[0])
+			if w == nil {
+				return 0, fmt.Errorf("no workload %q", a[0])
+			}
+			return workloadField(w, a[1])
+		}),
+		// images sum|median layers|compressed|data: over every workload's image.
+		"images": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			var v []float64
+			for i := range t.R.Workloads {
+				x, err := workloadField(&t.R.Workloads[i], a[1])
+				if err != nil {
+					return 0, err
+				}
+				v = append(v, x)
+			}
+			switch a[0] {
+			case "sum":
+				sum := 0.0
+				for _, x := range v {
+					sum += x
+				}
+				return sum, nil
+			case "median":
+				return report.Median(v), nil
+			}
+			return 0, fmt.Errorf("%q: sum or median", a[0])
+		}),
+		// elapsed: the run's wall-clock time.
+		"elapsed": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return t.R.Elapsed, nil }),
+		// the tables of docs/BENCHMARKS.md and docs/hellobench/README.md, one row
+		// per source.
+		"summary-table": text(helloSummaryTable),
+		"profile-table": text(helloProfileTable),
+		"steps-table":   text(helloStepsTable),
+	}
+}
+
+func (d *Data) hello(src string) (*report.Table, error) {
+	return load(d, src, func(p string) (*report.Table, error) {
+		r, err := harness.ReadResults(p)
+		if err != nil {
+			return nil, err
+		}
+		t := report.Aggregate(r)
+		if t.Baseline != "overlayfs" || !containsSystem(t, "slacker") {
+			return nil, fmt.Errorf("%s: systems %v, the docs compare slacker with overlayfs", p, t.Systems)
+		}
+		return t, nil
+	})
+}
+
+func containsSystem(t *report.Table, s string) bool {
+	for _, x := range t.Systems {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func helloRun(nargs int, f func(t *report.Table, args []string) (float64, error)) figure {
+	return number(nargs, func(d *Data, src string, args []string) (float64, error) {
+		t, err := d.hello(src)
+		if err != nil {
+			return 0, err
+		}
+		return f(t, args)
+	})
+}
+
+func helloSummary(nargs int, f func(s report.Summary, args []string) (float64, error)) figure {
+	return helloRun(nargs, func(t *report.Table, args []string) (float64, error) { return f(t.Summarize("slacker"), args) })
+}
+
+func pick(which string, median, p90 float64) (float64, error) {
+	switch which {
+	case "median":
+		return median, nil
+	case "p90":
+		return p90, nil
+	}
+	return 0, fmt.Errorf("%q: median or p90", which)
+}
+
+func bySystem(sys string, slacker, overlayfs float64) (float64, error) {
+	switch sys {
+	case "slacker":
+		return slacker, nil
+	case "overlayfs":
+		return overlayfs, nil
+	}
+	return 0, fmt.Errorf("system %q: slacker or overlayfs", sys)
+}
+
+func helloStep(t *report.Table, sys, cycle, step string) (float64, error) {
+	var f func(c *report.Cell) float64
+	switch step {
+	case "push":
+		f = func(c *report.Cell) float64 { return c.Push }
+	case "pull":
+		f = func(c *report.Cell) float64 { return c.Pull }
+	case "run":
+		f = func(c *report.Cell) float64 { return c.Run }
+	case "total":
+		f = func(c *report.Cell) float64 { return c.Total }
+	default:
+		return 0, fmt.Errorf("step %q: push, pull, run or total", step)
+	}
+	if cycle != harness.Deployment && cycle != harness.Development {
+		return 0, fmt.Errorf("cycle %q: %s or %s", cycle, harness.Deployment, harness.Development)
+	}
+	v := t.PerWorkload(sys, cycle, f)
+	if len(v) == 0 {
+		return 0, fmt.Errorf("no %s samples of %s", cycle, sys)
+	}
+	return report.Median(v), nil
+}
+
+func workloadField(w *harness.WorkloadInfo, field string) (float64, error) {
+	switch field {
+	case "layers":
+		return float64(w.Layers), nil
+	case "compressed":
+		return float64(w.CompressedBytes), nil
+	case "data":
+		return float64(w.DataBytes), nil
+	}
+	return 0, fmt.Errorf("%q: layers, compressed or data", field)
+}
+
+func helloPublish(t *report.Table, sys string) (float64, error) {
+	sum, n := 0.0, 0
+	for _, p := range t.R.Publish {
+		if p.System == sys && p.OK {
+			sum += p.Total
+			n++
+		}
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("no publish samples of %s", sys)
+	}
+	return sum, nil
+}
+
+func helloRunGap(t *report.Table, _ []string) (float64, error) {
+	s, err := helloStep(t, "slacker", harness.Deployment, "run")
+	if err != nil {
+		return 0, err
+	}
+	o, err := helloStep(t, t.Baseline, harness.Deployment, "run")
+	return s - o, err
+}
+
+func helloLinkTime(t *report.Table, _ []string) (float64, error) {
+	if t.R.Profile.RateBits <= 0 {
+		return 0, fmt.Errorf("profile %s has no link", t.R.Profile.Name)
+	}
+	b := report.Median(t.PerWorkload("slacker", harness.Deployment, func(c *report.Cell) float64 { return c.Fetched }))
+	return b * 8 / float64(t.R.Profile.RateBits), nil
+}
+
+// profileName is how the docs name a profile: loopback, 1 Gbit/s (with its round
+// trip if rtt).
+func profileName(p harness.Profile, rtt bool) string {
+	if p.RateBits <= 0 {
+		return p.Name
+	}
+	var s string
+	switch r := float64(p.RateBits); {
+	case r >= 1e9:
+		s = fmt.Sprintf("%g Gbit/s", r/1e9)
+	default:
+		s = fmt.Sprintf("%g Mbit/s", r/1e6)
+	}
+	if rtt {
+		s += fmt.Sprintf(", %g ms", p.RTTMillis)
+	}
+	return s
+}
+
+func helloTables(d *Data, srcs []string, args []string, f func(t *report.Table, s report.Summary) (string, error)) ([]string, error) {
+	if len(args) != 0 {
+		return nil, fmt.Errorf("no arguments, one row per source")
+	}
+	var rows []string
+	for _, src := range srcs {
+		t, err := d.hello(src)
+		if err != nil {
+			return nil, err
+		}
+		row, err := f(t, t.Summarize("slacker"))
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", src, err)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
+}
+
+// fv formats a value, or records the first error.
+type fv struct{ err error }
+
+func (e *fv) f(format string, v float64) string {
+	s, err := formatValues(format, []float64{v})
+	if err != nil && e.err == nil {
+		e.err = err
+	}
+	return s
+}
+
+// helloSummaryTable is docs/BENCHMARKS.md's HelloBench table.
+func helloSummaryTable(d *Data, srcs []string, args []string) (string, error) {
+	rows, err := helloTables(d, srcs, args, func(t *report.Table, s report.Summary) (string, error) {
+		var e fv
+		row := fmt.Sprintf("| %s | %s (%s) | %s (%s) | %s vs %s | %s | %s | %d of %d |",
+			profileName(t.R.Profile, false), e.f("xr", s.DeployMedian), e.f("xr", s.DeployP90), e.f("xr", s.DevMedian), e.f("xr", s.DevP90),
+			e.f("hsecs", s.PullP90), e.f("hsecs", s.BasePullP90), e.f("f2", s.RunRatio), e.f("pct1", s.FetchedShare),
+			s.Failed+s.BaseFailed, len(t.R.Samples))
+		return row, e.err
+	})
+	if err != nil {
+		return "", err
+	}
+	return "| profile | deployment speedup, median (p90) | development speedup, median (p90) | pull p90, slacker vs overlayfs | run time ratio | fetched / image (median) | failed |\n" +
+		"| --- | --- | --- | --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n", nil
+}
+
+// helloProfileTable is docs/hellobench/README.md's summary table.
+func helloProfileTable(d *Data, srcs []string, args []string) (string, error) {
+	rows, err := helloTables(d, srcs, args, func(t *report.Table, s report.Summary) (string, error) {
+		var e fv
+		row := fmt.Sprintf("| %s | slacker | **%s** (%s) | %s (%s) | %s vs %s | %s | %s |",
+			profileName(t.R.Profile, true), e.f("xr", s.DeployMedian), e.f("xr", s.DeployP90), e.f("xr", s.DevMedian), e.f("xr", s.DevP90),
+			e.f("hsecs", s.PullP90), e.f("hsecs", s.BasePullP90), e.f("f2", s.RunRatio), e.f("pct1", s.FetchedShare))
+		return row, e.err
+	})
+	if err != nil {
+		return "", err
+	}
+	return "| profile | system vs overlayfs | deployment speedup, median (p90) | development speedup, median (p90) | pull p90 | run time ratio (median) | fetched / image (median) |\n" +
+		"| --- | --- | --- | --- | --- | --- | --- |\n" + strings.Join(rows, "\n") + "\n", nil
+}
+
+// helloStepsTable is docs/hellobench/README.md's table of the steps' medians.
+func helloStepsTable(d *Data, srcs []string, args []string) (string, error) {
+	rows, err := helloTables(d, srcs, args, func(t *report.Table, _ report.Summary) (string, error) {
+		var lines []string
+		for _, cycle := range []string{harness.Deployment, harness.Development} {
+			for _, sys := range []string{t.Baseline, "slacker"} {
+				var e fv
+				cell := func(step string) string {
+					if step == "push" && cycle == harness.Deployment {
+						return "–"
+					}
+					v, err := helloStep(t, sys, cycle, step)
+					if err != nil && e.err == nil {
+						e.err = err
+					}
+					return e.f("s2", v)
+				}
+				lines = append(lines, fmt.Sprintf("| %s | %s | %s | %s | %s | %s | %s |",
+					t.R.Profile.Name, sys, cycle, cell("push"), cell("pull"), cell("run"), cell("total")))
+				if e.err != nil {
+					return "", e.err
+				}
+			}
+		}
+		return strings.Join(lines, "\n"), nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return "| profile | system | cycle | push | pull | run until ready | total |\n| --- | --- | --- | --- | --- | --- | --- |\n" +
+		strings.Join(rows, "\n") + "\n", nil
+}
