@@ -14,6 +14,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fstree"
+	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
@@ -246,6 +247,15 @@ func TestSharedRootCommit(t *testing.T) {
 		!strings.Contains(err.Error(), `unknown container root mode "zfs"`) {
 		t.Fatalf("unknown mode: %v", err)
 	}
+	// A kernel without overlayfs: the message says what is missing and what to use.
+	n.overlayOnce.Do(func() {})
+	saved := n.overlayErr
+	n.overlayErr = mount.ErrNoOverlay
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "x", Snapshot: img, Mode: RootShared}); !errors.Is(err, errdefs.ErrUnsupported) ||
+		!strings.Contains(err.Error(), "overlayfs") || !strings.Contains(err.Error(), `"block"`) {
+		t.Fatalf("shared root on a kernel without overlayfs: %v", err)
+	}
+	n.overlayErr = saved
 	if err := n.UnmountVolume(ctx, "c"); err != nil {
 		t.Fatal(err)
 	}
