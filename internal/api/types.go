@@ -132,6 +132,13 @@ type CacheStats struct {
 	DiskChunks   int   `json:"disk_chunks"`
 	MemBytes     int64 `json:"mem_bytes"`
 	MaxBytes     int64 `json:"max_bytes"`
+	// Reads served from the 4 KiB blocks they cover, read from a chunk's local
+	// file and checked against the checksums taken when it was verified, and
+	// the bytes they read; blocks found damaged that way (never served).
+	PartialReads  int64 `json:"partial_reads"`
+	PartialBytes  int64 `json:"partial_bytes"`
+	SumMismatches int64 `json:"sum_mismatches"`
+	SumChunks     int   `json:"sum_chunks"` // chunks whose block checksums are kept
 }
 
 // FetchStats are the node fetcher's counters.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
@@ -35,7 +36,21 @@ type Options struct {
 	// NoDisk keeps no disk tier: right when the store is itself a local directory,
 	// where a second copy of each chunk on the same disk only costs writes.
 	NoDisk bool
-	Logger *slog.Logger
+	// StoreFiles, with NoDisk, names the local files of the store's objects (a store
+	// that is a local directory): a read that misses the memory tier reads the
+	// blocks it needs from there, as it would from the disk tier's files.
+	StoreFiles ObjectFiles
+	// SumChunks bounds how many chunks' block checksums are kept (evicted least
+	// recently used first); 0 means DefaultSumChunks, a negative number none (every
+	// read that misses the memory tier then loads its chunk whole). Only chunks
+	// read take any: 8 bytes per 4 KiB block plus about 170 bytes each, measured
+	// 678 bytes per 256 KiB chunk, i.e. 2.7 MiB per GiB of chunks covered (4.6 MiB
+	// per GiB of 64 KiB chunks); the default bound is about 11 MiB.
+	SumChunks int
+	// OpenFiles bounds how many chunk files are kept open for those reads; 0 means
+	// DefaultOpenFiles.
+	OpenFiles int
+	Logger    *slog.Logger
 }
 
 // Stats are the cache's counters.
@@ -50,6 +65,15 @@ type Stats struct {
 	DiskChunks   int   `json:"disk_chunks"`
 	MemBytes     int64 `json:"mem_bytes"`
 	MaxBytes     int64 `json:"max_bytes"`
+	// Reads that missed the memory tier and were served from the 4 KiB blocks
+	// they cover, read from a chunk's local file and checked (Origin FromFile),
+	// and the bytes they read from those files.
+	PartialReads int64 `json:"partial_reads"`
+	PartialBytes int64 `json:"partial_bytes"`
+	// SumMismatches counts blocks of local chunk files found damaged by those
+	// reads (never served; the chunk was loaded whole again).
+	SumMismatches int64 `json:"sum_mismatches"`
+	SumChunks     int   `json:"sum_chunks"` // chunks whose block checksums are kept
 }
 
 // Cache is safe for concurrent use.
@@ -73,8 +97,16 @@ type Cache struct {
 	protected *lru
 	mem       map[string]*memEntry
 	memLRU    *lru
+	sums      map[string]*sumEntry // block checksums, by digest
+	sumLRU    *lru
+
+	sumN    int         // bound on len(sums); 0: no partial reads
+	seed    uint64      // of the block checksums, random per Open
+	objects ObjectFiles // with noDisk: the local store's files, or nil
+	files   *openFiles
 
 	memHits, diskHits, misses, fetched, evictions, corrupt atomic.Int64
+	partialReads, partialBytes, sumMismatches              atomic.Int64
 }
 
 type memEntry struct {
@@ -97,9 +129,24 @@ func Open(opts Options, src Source) (*Cache, error) {
 	if err := os.MkdirAll(opts.Dir, 0o700); err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
 	}
+	if opts.SumChunks == 0 {
+		opts.SumChunks = DefaultSumChunks
+	}
+	if opts.OpenFiles <= 0 {
+		opts.OpenFiles = DefaultOpenFiles
+	}
 	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes, noDisk: opts.NoDisk,
 		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),
-		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64)}
+		mem: map[string]*memEntry{}, memLRU: newLRU(), writes: make(chan pendingWrite, 64),
+		sums: map[string]*sumEntry{}, sumLRU: newLRU(), seed: rand.Uint64(), files: newOpenFiles(opts.OpenFiles)}
+	if opts.NoDisk {
+		c.objects = opts.StoreFiles
+	}
+	// Block checksums serve only reads from local files: with no disk tier and no
+	// local store files there are none to make.
+	if opts.SumChunks > 0 && (!opts.NoDisk || c.objects != nil) {
+		c.sumN = opts.SumChunks
+	}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("open cache: %w", err)
@@ -186,6 +233,7 @@ func (c *Cache) Close() {
 	close(c.writes)
 	c.wmu.Unlock()
 	c.wg.Wait()
+	c.files.closeAll()
 }
 
 func (c *Cache) path(d digest.Digest) string { return filepath.Join(c.dir, d.Encoded()) }
@@ -198,6 +246,10 @@ const (
 	FromDisk                 // the disk tier (verified as it was loaded)
 	FromStore                // fetched from the store by this call
 	Joined                   // another caller's load, in flight, served it
+	// FromFile: only the 4 KiB blocks read were read, from the chunk's disk-tier
+	// file or its local store object, each checked against the checksum taken
+	// when the chunk was last verified whole (ReadChunk only).
+	FromFile
 )
 
 // Hit reports whether the chunk was served without this call fetching it.
@@ -213,15 +265,28 @@ func (o Origin) String() string {
 		return "store"
 	case Joined:
 		return "joined"
+	case FromFile:
+		return "file"
 	}
 	return fmt.Sprintf("origin(%d)", int(o))
 }
 
 // ReadChunk fills p with bytes [off, off+len(p)) of chunk ch and reports where the
-// chunk came from.
+// bytes came from. A chunk in the memory tier serves them from there; a chunk
+// verified whole earlier whose file is local (the disk tier's, or the local
+// store's with no disk tier) serves the 4 KiB blocks they cover from that file,
+// checked against the block checksums taken then (FromFile); otherwise the chunk
+// is loaded whole, verified, as Get does.
 func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off int64) (Origin, error) {
 	if off < 0 || off+int64(len(p)) > ch.Size {
 		return 0, fmt.Errorf("read [%d, +%d) of chunk %s of %d bytes: %w", off, len(p), ch.Digest, ch.Size, errdefs.ErrInvalid)
+	}
+	if data, ok := c.fromMemory(ch); ok {
+		copy(p, data[off:])
+		return FromMemory, nil
+	}
+	if c.readBlocks(ch, p, off) {
+		return FromFile, nil
 	}
 	data, o, err := c.Get(ctx, ch)
 	if err != nil {
@@ -229,6 +294,25 @@ func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off 
 	}
 	copy(p, data[off:])
 	return o, nil
+}
+
+// fromMemory returns ch from the memory tier, recording the use, if it is there.
+func (c *Cache) fromMemory(ch blockmap.Chunk) ([]byte, bool) {
+	key := ch.Digest.String()
+	c.mu.Lock()
+	m, ok := c.mem[key]
+	if !ok {
+		c.mu.Unlock()
+		return nil, false
+	}
+	c.memLRU.remove(m.item)
+	c.memLRU.pushFront(m.item)
+	if it, ok := c.disk[key]; ok {
+		c.touchLocked(it)
+	}
+	c.mu.Unlock()
+	c.memHits.Add(1)
+	return m.data, true
 }
 
 type result struct {
@@ -239,19 +323,10 @@ type result struct {
 
 // Get returns the whole chunk (callers must not modify it) and where it came from.
 func (c *Cache) Get(ctx context.Context, ch blockmap.Chunk) (data []byte, o Origin, err error) {
-	key := ch.Digest.String()
-	c.mu.Lock()
-	if m, ok := c.mem[key]; ok {
-		c.memLRU.remove(m.item)
-		c.memLRU.pushFront(m.item)
-		if it, ok := c.disk[key]; ok {
-			c.touchLocked(it)
-		}
-		c.mu.Unlock()
-		c.memHits.Add(1)
-		return m.data, FromMemory, nil
+	if data, ok := c.fromMemory(ch); ok {
+		return data, FromMemory, nil
 	}
-	c.mu.Unlock()
+	key := ch.Digest.String()
 	me := c.tok.Add(1)
 	// The load runs detached from one caller's cancellation so that an interrupted
 	// reader does not fail the others waiting on the same chunk; the fetcher bounds it.
@@ -287,11 +362,13 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 		data, err := os.ReadFile(c.path(ch.Digest))
 		if err == nil && int64(len(data)) == ch.Size && store.Verify(ch.Digest, data) == nil {
 			c.diskHits.Add(1)
+			sums := c.blockSums(data)
 			c.mu.Lock()
 			if it, ok := c.disk[key]; ok {
 				c.touchLocked(it)
 			}
 			c.addMemLocked(key, data)
+			c.setSumsLocked(key, ch.Size, sums)
 			c.mu.Unlock()
 			return &result{data: data, origin: FromDisk, leader: leader}, nil
 		}
@@ -452,15 +529,22 @@ func (c *Cache) Put(ch blockmap.Chunk, data []byte) error {
 	c.mu.Unlock()
 	if !ok {
 		c.insert(ch.Digest, append([]byte(nil), data...))
+		return nil
 	}
+	sums := c.blockSums(data)
+	c.mu.Lock()
+	c.setSumsLocked(ch.Digest.String(), ch.Size, sums)
+	c.mu.Unlock()
 	return nil
 }
 
 // insert puts data in the memory tier and queues it for the disk tier. When the
 // writer is behind, the disk copy is skipped: the chunk can be fetched again.
 func (c *Cache) insert(d digest.Digest, data []byte) {
+	sums := c.blockSums(data)
 	c.mu.Lock()
 	c.addMemLocked(d.String(), data)
+	c.setSumsLocked(d.String(), int64(len(data)), sums)
 	c.mu.Unlock()
 	if c.noDisk {
 		return
@@ -522,21 +606,32 @@ func (c *Cache) evictLocked() {
 		if victim == nil {
 			return
 		}
-		victim.seg.remove(victim)
-		delete(c.disk, victim.key)
-		os.Remove(c.path(digest.Digest(victim.key)))
+		c.removeDiskLocked(victim)
 		c.evictions.Add(1)
 	}
+}
+
+// removeDiskLocked takes a chunk out of the disk tier: its file, its open
+// descriptor and its block checksums (which only served reads of that file).
+func (c *Cache) removeDiskLocked(it *lruItem) {
+	it.seg.remove(it)
+	delete(c.disk, it.key)
+	p := c.path(digest.Digest(it.key))
+	os.Remove(p)
+	c.files.forget(p)
+	c.dropSumsLocked(it.key)
 }
 
 func (c *Cache) drop(key string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if it, ok := c.disk[key]; ok {
-		it.seg.remove(it)
-		delete(c.disk, key)
+		c.removeDiskLocked(it)
+		return
 	}
-	os.Remove(c.path(digest.Digest(key)))
+	p := c.path(digest.Digest(key))
+	os.Remove(p)
+	c.files.forget(p)
 }
 
 // Stats returns the cache's counters.
@@ -548,11 +643,14 @@ func (c *Cache) Stats() Stats {
 		FetchedBytes: c.fetched.Load(), Evictions: c.evictions.Load(), Corrupt: c.corrupt.Load(),
 		DiskBytes: c.probation.bytes + c.protected.bytes, DiskChunks: len(c.disk),
 		MemBytes: c.memLRU.bytes, MaxBytes: c.max,
+		PartialReads: c.partialReads.Load(), PartialBytes: c.partialBytes.Load(),
+		SumMismatches: c.sumMismatches.Load(), SumChunks: len(c.sums),
 	}
 }
 
 // DropMemory empties the memory tier (benchmarks use it to measure a cold read
-// from the disk tier).
+// from the disk tier). The block checksums stay: reads that miss the memory tier
+// read the blocks they need from the chunks' files, as they would after eviction.
 func (c *Cache) DropMemory() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -560,18 +658,21 @@ func (c *Cache) DropMemory() {
 	c.memLRU = newLRU()
 }
 
-// Purge empties both tiers. Chunks being read stay readable by those readers.
+// Purge empties both tiers and forgets every block checksum, so that every chunk
+// is loaded whole and verified again. Chunks being read stay readable by those
+// readers.
 func (c *Cache) Purge() {
 	c.Flush()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for key, it := range c.disk {
-		it.seg.remove(it)
-		delete(c.disk, key)
-		os.Remove(c.path(digest.Digest(key)))
+	for _, it := range c.disk {
+		c.removeDiskLocked(it)
 	}
 	c.mem = map[string]*memEntry{}
 	c.memLRU = newLRU()
+	c.sums = map[string]*sumEntry{}
+	c.sumLRU = newLRU()
+	c.files.forgetAll()
 }
 
 // Trim evicts the disk tier's coldest chunks until it holds at most keep bytes,
@@ -589,9 +690,7 @@ func (c *Cache) Trim(keep int64) (chunks int, bytes int64) {
 		if victim == nil {
 			break
 		}
-		victim.seg.remove(victim)
-		delete(c.disk, victim.key)
-		os.Remove(c.path(digest.Digest(victim.key)))
+		c.removeDiskLocked(victim)
 		c.evictions.Add(1)
 		chunks++
 		bytes += victim.size

@@ -304,9 +304,10 @@ func newStats(e *env) *cobra.Command {
 					r.Volume.CacheMisses, units.Bytes(r.Volume.DeltaBytes))
 			}
 			w.Flush()
-			fmt.Fprintf(e.stdout, "node: cache %s of %s in %d chunks (hits %d memory, %d disk; %d misses); fetched %s; slackerd RSS %s (peak %s)\n",
+			fmt.Fprintf(e.stdout, "node: cache %s of %s in %d chunks (hits %d memory, %d local blocks, %d disk; %d misses); fetched %s; slackerd RSS %s (peak %s)\n",
 				units.Bytes(node.Cache.DiskBytes), units.Bytes(node.Cache.MaxBytes), node.Cache.DiskChunks, node.Cache.MemHits,
-				node.Cache.DiskHits, node.Cache.Misses, units.Bytes(node.Fetch.FetchedBytes), units.Bytes(node.RSSBytes), units.Bytes(node.PeakRSS))
+				node.Cache.PartialReads, node.Cache.DiskHits, node.Cache.Misses, units.Bytes(node.Fetch.FetchedBytes),
+				units.Bytes(node.RSSBytes), units.Bytes(node.PeakRSS))
 			return nil
 		},
 	}
@@ -334,6 +335,9 @@ func newInfo(e *env) *cobra.Command {
 			fmt.Fprintf(e.stdout, "slackerd %s (pid %d)\nstate:  %s\nstore:  %s\nchunks: up to %s\nvolumes: %d (%d mounted)\ncache:  %s of %s\n",
 				e.info.Version, e.info.PID, e.info.StateRoot, e.info.Store, units.Bytes(e.info.ChunkSize), st.Volumes, st.Mounted,
 				units.Bytes(st.Cache.DiskBytes), units.Bytes(st.Cache.MaxBytes))
+			fmt.Fprintf(e.stdout, "reads:  %d from memory, %d of local blocks (%s), %d whole from disk, %d fetched; %d damaged blocks caught\n",
+				st.Cache.MemHits, st.Cache.PartialReads, units.Bytes(st.Cache.PartialBytes), st.Cache.DiskHits, st.Cache.Misses,
+				st.Cache.SumMismatches)
 			return nil
 		},
 	}

@@ -172,8 +172,12 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	fopts := cfg.Fetch
 	fopts.Logger = log
 	n.fetcher = fetch.New(cfg.Store, fopts)
-	n.cache, err = cache.Open(cache.Options{Dir: filepath.Join(root, "cache"), MaxBytes: cfg.CacheBytes,
-		MemBytes: cfg.CacheMemBytes, NoDisk: cfg.CacheNoDisk, Logger: log}, n.fetcher)
+	copts := cache.Options{Dir: filepath.Join(root, "cache"), MaxBytes: cfg.CacheBytes,
+		MemBytes: cfg.CacheMemBytes, NoDisk: cfg.CacheNoDisk, Logger: log}
+	if of, ok := cfg.Store.(cache.ObjectFiles); ok { // a local directory: reads of a few blocks go to its files
+		copts.StoreFiles = of
+	}
+	n.cache, err = cache.Open(copts, n.fetcher)
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
 	}

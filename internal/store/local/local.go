@@ -44,6 +44,14 @@ func (s *Store) Path(d digest.Digest) string {
 	return filepath.Join(s.root, "sha256", hex[:2], hex)
 }
 
+// ObjectFile returns the file that holds d's bytes exactly as stored, for a reader
+// on this machine that checks what it reads itself (the node cache reads a few
+// blocks of a chunk from there, checked against checksums it took when it last
+// verified the chunk whole). Unlike Get, nothing read from it is verified; the file
+// may be missing, and a Delete removes it (an open descriptor keeps reading the
+// bytes it had).
+func (s *Store) ObjectFile(d digest.Digest) string { return s.Path(d) }
+
 func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
 	if err := store.CheckDigest(d); err != nil {
 		return err

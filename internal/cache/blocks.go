@@ -1,0 +1,177 @@
+package cache
+
+import (
+	"errors"
+	"io"
+	"io/fs"
+
+	"github.com/opencontainers/go-digest"
+	"github.com/zeebo/xxh3"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+)
+
+// sumBlock is the unit of the block checksums: the block of the filesystems the
+// cache serves (ext4 over a loop device reads 4 KiB blocks).
+const sumBlock = blockmap.BlockSize
+
+// DefaultSumChunks is how many chunks' block checksums a cache keeps unless told:
+// 4 GiB of 256 KiB chunks, in about 11 MiB of memory (see Options.SumChunks).
+const DefaultSumChunks = 16384
+
+// DefaultOpenFiles is how many chunk files a cache keeps open unless told.
+const DefaultOpenFiles = 256
+
+// ObjectFiles is an optional ability of the store behind the cache's Source (found
+// by type assertion where the cache is opened; package store/local has it): the
+// local file holding an object's bytes exactly as stored, for a reader that checks
+// what it reads itself. The file may be missing, and its bytes are not verified.
+type ObjectFiles interface {
+	ObjectFile(d digest.Digest) string
+}
+
+// sumEntry holds the checksums of the 4 KiB blocks of one chunk, taken when the
+// chunk was verified whole against its digest. sums is never modified.
+type sumEntry struct {
+	size int64
+	sums []uint64
+	item *lruItem // in Cache.sumLRU, size 1
+}
+
+// blockSums returns the checksums of data's 4 KiB blocks (the last may be
+// shorter), or nil when the cache makes no partial reads.
+func (c *Cache) blockSums(data []byte) []uint64 {
+	if c.sumN <= 0 {
+		return nil
+	}
+	sums := make([]uint64, 0, (len(data)+sumBlock-1)/sumBlock)
+	for off := 0; off < len(data); off += sumBlock {
+		sums = append(sums, xxh3.HashSeed(data[off:min(off+sumBlock, len(data))], c.seed))
+	}
+	return sums
+}
+
+// setSumsLocked keeps the block checksums of a chunk just verified whole.
+func (c *Cache) setSumsLocked(key string, size int64, sums []uint64) {
+	if sums == nil {
+		return
+	}
+	if s, ok := c.sums[key]; ok {
+		c.sumLRU.remove(s.item)
+		c.sumLRU.pushFront(s.item)
+		return
+	}
+	it := &lruItem{key: key, size: 1}
+	c.sums[key] = &sumEntry{size: size, sums: sums, item: it}
+	c.sumLRU.pushFront(it)
+	for c.sumLRU.bytes > int64(c.sumN) {
+		c.dropSumsLocked(c.sumLRU.back().key)
+	}
+}
+
+func (c *Cache) dropSumsLocked(key string) {
+	if s, ok := c.sums[key]; ok {
+		c.sumLRU.remove(s.item)
+		delete(c.sums, key)
+	}
+}
+
+// readBlocks fills p with bytes [off, off+len(p)) of ch read from a local file of
+// the chunk (its disk-tier file, or with no disk tier the local store's object),
+// only the 4 KiB blocks p covers, each checked against the checksum taken when the
+// chunk was last verified whole. It reports false, with p's content undefined, when
+// it cannot: no checksums, no file, a read error, or damage (which it logs, counts
+// and cleans up). The caller then loads the chunk whole and verifies it.
+func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
+	if c.sumN <= 0 || len(p) == 0 {
+		return false
+	}
+	key := ch.Digest.String()
+	c.mu.Lock()
+	s, ok := c.sums[key]
+	if !ok || s.size != ch.Size {
+		c.mu.Unlock()
+		return false
+	}
+	path, onDisk := "", false
+	if it, ok := c.disk[key]; ok {
+		path, onDisk = c.path(ch.Digest), true
+		c.touchLocked(it)
+	} else if c.noDisk && c.objects != nil {
+		path = c.objects.ObjectFile(ch.Digest)
+	}
+	if path == "" {
+		c.mu.Unlock()
+		return false
+	}
+	c.sumLRU.remove(s.item)
+	c.sumLRU.pushFront(s.item)
+	sums := s.sums
+	c.mu.Unlock()
+
+	first := off / sumBlock
+	start := first * sumBlock
+	end := min((off+int64(len(p))+sumBlock-1)/sumBlock*sumBlock, ch.Size)
+	buf := p // read in place when p is whole blocks (the usual 4 KiB-aligned read)
+	inPlace := start == off && end-start == int64(len(p))
+	if !inPlace {
+		buf = make([]byte, end-start)
+	}
+	of, err := c.files.open(path)
+	if err != nil {
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errFilesClosed) {
+			c.log.Warn("cache-file-open-failed", "chunk", ch.Digest, "path", path, "err", err)
+		}
+		return false // gone (evicted, collected): a whole load finds out
+	}
+	n, err := of.f.ReadAt(buf, start)
+	c.files.release(of)
+	if err != nil && !errors.Is(err, io.EOF) {
+		clear(buf) // nothing unchecked is left in the caller's buffer
+		c.log.Warn("cache-file-read-failed", "chunk", ch.Digest, "path", path, "offset", start, "err", err,
+			"action", "loading the chunk whole")
+		return false
+	}
+	bad := int64(-1)
+	if n < len(buf) { // a file shorter than its chunk
+		bad = first + int64(n)/sumBlock
+	}
+	for i := int64(0); bad < 0 && i*sumBlock < int64(len(buf)); i++ {
+		b := buf[i*sumBlock : min((i+1)*sumBlock, int64(len(buf)))]
+		if xxh3.HashSeed(b, c.seed) != sums[first+i] {
+			bad = first + i
+		}
+	}
+	if bad >= 0 {
+		clear(buf)
+		c.blocksDamaged(ch, path, onDisk, bad)
+		return false
+	}
+	if !inPlace {
+		copy(p, buf[off-start:])
+	}
+	c.partialReads.Add(1)
+	c.partialBytes.Add(int64(len(buf)))
+	return true
+}
+
+// blocksDamaged handles a block of a chunk file that no longer matches its
+// checksum: the chunk's checksums go, and its disk-tier file with them (a local
+// store's object is the store's to repair); the caller loads the chunk whole.
+func (c *Cache) blocksDamaged(ch blockmap.Chunk, path string, onDisk bool, block int64) {
+	c.sumMismatches.Add(1)
+	key := ch.Digest.String()
+	c.mu.Lock()
+	c.dropSumsLocked(key)
+	c.mu.Unlock()
+	action := "checksums dropped; loading the chunk whole from the store, verified"
+	if onDisk {
+		c.corrupt.Add(1)
+		c.drop(key)
+		action = "file dropped; fetching the chunk again from the store"
+	} else {
+		c.files.forget(path)
+	}
+	c.log.Error("cache-chunk-corrupt", "chunk", ch.Digest, "path", path, "offset", block*sumBlock,
+		"err", "a 4 KiB block no longer matches the checksum taken when the chunk was verified", "action", action)
+}
