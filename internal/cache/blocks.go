@@ -7,6 +7,7 @@ import (
 
 	"github.com/opencontainers/go-digest"
 	"github.com/zeebo/xxh3"
+	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 )
@@ -19,8 +20,16 @@ const sumBlock = blockmap.BlockSize
 // 4 GiB of 256 KiB chunks, in about 11 MiB of memory (see Options.SumChunks).
 const DefaultSumChunks = 16384
 
-// DefaultOpenFiles is how many chunk files a cache keeps open unless told.
-const DefaultOpenFiles = 256
+// DefaultOpenFiles is how many chunk files a cache keeps open unless told: a
+// quarter of the process's descriptor limit, between 256 and 8192. A random reader
+// over more chunks than that opens a file per read it misses (a few µs).
+func DefaultOpenFiles() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil {
+		return 256
+	}
+	return int(min(max(rl.Cur/4, 256), 8192))
+}
 
 // ObjectFiles is an optional ability of the store behind the cache's Source (found
 // by type assertion where the cache is opened; package store/local has it): the
@@ -124,7 +133,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 		}
 		return false // gone (evicted, collected): a whole load finds out
 	}
-	n, err := of.f.ReadAt(buf, start)
+	n, err := of.readAt(buf, start)
 	c.files.release(of)
 	if err != nil && !errors.Is(err, io.EOF) {
 		clear(buf) // nothing unchecked is left in the caller's buffer

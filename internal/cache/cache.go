@@ -133,7 +133,7 @@ func Open(opts Options, src Source) (*Cache, error) {
 		opts.SumChunks = DefaultSumChunks
 	}
 	if opts.OpenFiles <= 0 {
-		opts.OpenFiles = DefaultOpenFiles
+		opts.OpenFiles = DefaultOpenFiles()
 	}
 	c := &Cache{dir: opts.Dir, max: opts.MaxBytes, src: src, log: log, memN: opts.MemBytes, noDisk: opts.NoDisk,
 		disk: map[string]*lruItem{}, probation: newLRU(), protected: newLRU(),

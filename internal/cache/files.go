@@ -3,8 +3,11 @@ package cache
 import (
 	"container/list"
 	"errors"
-	"os"
+	"io"
+	"io/fs"
 	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // errFilesClosed is what open returns once the cache is closed.
@@ -26,7 +29,7 @@ type openFiles struct {
 }
 
 type openFile struct {
-	f    *os.File
+	fd   int // a raw descriptor: an *os.File costs a poller registration and a finalizer per open
 	path string
 	refs int           // readers holding it, plus one while it is in the LRU
 	el   *list.Element // nil once out of the LRU
@@ -37,7 +40,8 @@ func newOpenFiles(max int) *openFiles {
 }
 
 // open returns the open file at path, opening it if needed; the caller reads
-// with ReadAt (never Seek or Read: the file is shared) and calls release.
+// with readAt (never anything that moves the offset: the file is shared) and calls
+// release.
 func (o *openFiles) open(path string) (*openFile, error) {
 	o.mu.Lock()
 	if o.closed {
@@ -51,23 +55,26 @@ func (o *openFiles) open(path string) (*openFile, error) {
 		return of, nil
 	}
 	o.mu.Unlock()
-	f, err := os.Open(path)
+	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOATIME, 0)
+	if errors.Is(err, unix.EPERM) { // O_NOATIME is the owner's (or root's) to ask
+		fd, err = unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	}
 	if err != nil {
-		return nil, err
+		return nil, &fs.PathError{Op: "open", Path: path, Err: err}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
-		f.Close()
+		unix.Close(fd)
 		return nil, errFilesClosed
 	}
 	if of, ok := o.byPath[path]; ok { // opened by another reader meanwhile
-		f.Close()
+		unix.Close(fd)
 		of.refs++
 		o.lru.MoveToFront(of.el)
 		return of, nil
 	}
-	of := &openFile{f: f, path: path, refs: 2}
+	of := &openFile{fd: fd, path: path, refs: 2}
 	of.el = o.lru.PushFront(of)
 	o.byPath[path] = of
 	for o.lru.Len() > o.max {
@@ -126,6 +133,26 @@ func (o *openFiles) removeLocked(of *openFile) {
 
 func (o *openFiles) unrefLocked(of *openFile) {
 	if of.refs--; of.refs == 0 {
-		of.f.Close()
+		unix.Close(of.fd)
 	}
+}
+
+// readAt reads into b from off until b is full or the file ends, and returns
+// how many bytes it read (io.EOF only when the file ends before b is full).
+func (of *openFile) readAt(b []byte, off int64) (int, error) {
+	n := 0
+	for n < len(b) {
+		m, err := unix.Pread(of.fd, b[n:], off+int64(n))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, &fs.PathError{Op: "read", Path: of.path, Err: err}
+		}
+		if m == 0 {
+			return n, io.EOF
+		}
+		n += m
+	}
+	return n, nil
 }
