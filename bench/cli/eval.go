@@ -215,6 +215,12 @@ xfsprogs and btrfs-progs.`,
 	return cmd
 }
 
+// blockFlag adds --block, on by default: slacker-block measured beside slacker
+// and overlayfs.
+func blockFlag(cmd *cobra.Command, block *bool) {
+	cmd.Flags().BoolVar(block, "block", true, "also measure slacker-block: slackerd with --container-root block (block clones) beside slacker (shared roots, the default) and overlayfs")
+}
+
 // needBins returns the binaries when targets (empty: all) include one of the
 // systems that need them.
 func needBins(c *common, targets []string, systems ...string) (rig.Binaries, error) {
@@ -253,7 +259,8 @@ directory); on a cold node, with the page cache dropped before every open, opens
 an image whose bottom layer holds one random file per --sizes; a 1-byte append to each
 (after a stat), with and without fsync. Fig 22: every workload of --workloads (or
 --only) started twice on one node, from cold; the second container's time until
-ready. Needs root.`,
+ready. Systems: overlayfs, slacker (shared roots, the default mode) and, unless
+--block=false, slacker-block (slackerd --container-root block). Needs root.`,
 		Example: `  slacker-bench eval micro
   slacker-bench eval micro --sizes 4KiB,64KiB,1MiB,16MiB,64MiB,256MiB,1GiB --runs 5`,
 		Args: cobra.NoArgs,
@@ -281,6 +288,7 @@ ready. Needs root.`,
 	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file (second-run part)")
 	f.StringSliceVar(&o.Only, "only", nil, "workloads of the second-run part (default all)")
 	f.IntVar(&o.RerunRuns, "rerun-runs", 1, "repetitions of the second-run part (0: --runs)")
+	blockFlag(cmd, &o.Block)
 	return cmd
 }
 

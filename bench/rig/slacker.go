@@ -47,10 +47,12 @@ const (
 	RootBlock  = "block"
 )
 
-// Names of the Slacker systems in results: the default mode keeps "slacker".
+// Names of the systems in results: the default mode keeps "slacker", and the
+// containerd baseline is "overlayfs".
 const (
 	SlackerName      = "slacker"
 	SlackerBlockName = "slacker-block"
+	OverlayfsName    = "overlayfs"
 )
 
 // Slacker is slackerd and the slacker CLI. The chunk store (Dir/store) survives Cold;
@@ -79,8 +81,11 @@ func NewSlacker(o SlackerOptions) (*Slacker, error) {
 }
 
 // Name is "slacker-block" for a RootBlock system, else "slacker".
-func (s *Slacker) Name() string {
-	if s.o.RootMode == RootBlock {
+func (s *Slacker) Name() string { return SlackerNameOf(s.o.RootMode) }
+
+// SlackerNameOf is the name of the Slacker system of root mode mode.
+func SlackerNameOf(mode string) string {
+	if mode == RootBlock {
 		return SlackerBlockName
 	}
 	return SlackerName
