@@ -75,9 +75,9 @@ type Results struct {
 	// results from before the modes were measured, whose "slacker" made block
 	// clones).
 	RootModes map[string]string `json:"root_modes,omitempty"`
-	Open   []OpenSample   `json:"open,omitempty"`
-	Append []AppendSample `json:"append,omitempty"`
-	Rerun  []RerunSample  `json:"rerun,omitempty"`
+	Open      []OpenSample      `json:"open,omitempty"`
+	Append    []AppendSample    `json:"append,omitempty"`
+	Rerun     []RerunSample     `json:"rerun,omitempty"`
 }
 
 // RerunSample is a workload started twice on one node.
