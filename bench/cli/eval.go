@@ -385,7 +385,8 @@ on a cold node and wait until each prints its ready line; measure the time, the 
 the node read from the disk (blkio) and from Slacker's store, and its memory (page
 cache of the whole node's cgroups, slackerd's chunk cache, anonymous memory). Each
 --limits value runs it again with the containers' cgroup limited to that much memory
-(0: none). The daemons and containers run in cgroups under /slacker-eval-hp, removed
+(0: none). Systems: overlayfs, slacker (shared roots, the default mode) and, unless
+--block=false, slacker-block (slackerd --container-root block). The daemons and containers run in cgroups under /slacker-eval-hp, removed
 at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
 		Example: `  slacker-bench eval hpmapper --corpus /var/tmp/slacker-bench/corpus
   slacker-bench eval hpmapper --image tomcat --containers 16 --limits 0,2GiB`,
@@ -413,6 +414,7 @@ at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
 	f.IntVar(&o.Parallel, "parallel", 0, "at most this many launching together (0: all)")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on containers not ready by then")
 	f.StringSliceVar(&limits, "limits", []string{"0", "1GiB"}, "memory limits of the containers' cgroup (0: none)")
+	blockFlag(cmd, &o.Block)
 	return cmd
 }
 
