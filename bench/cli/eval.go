@@ -459,7 +459,9 @@ pull, start the container, wait for the first request served, then load it with 
 benchmark client (pgbench, redis-benchmark, wrk, run on the host in the container's
 network namespace) until --duration after the pull began. Reports throughput over
 the whole window (start-up included) and while loaded, and the start-up delay.
-Needs root, postgresql-client, redis-tools, wrk and curl.`,
+Systems: overlayfs, slacker (shared roots, the default mode) and, unless
+--block=false, slacker-block (slackerd --container-root block). Needs root,
+postgresql-client, redis-tools, wrk and curl.`,
 		Example: `  slacker-bench eval longrun --duration 5m
   slacker-bench eval longrun --duration 30s --only redis,nginx`,
 		Args: cobra.NoArgs,
@@ -479,5 +481,6 @@ Needs root, postgresql-client, redis-tools, wrk and curl.`,
 	f.StringSliceVar(&o.Only, "only", nil, "servers to run (default all: postgres, redis, nginx, express)")
 	f.DurationVar(&o.Duration, "duration", 5*time.Minute, "window of each experiment, from the start of the pull")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "give up on a server that serves no request by then")
+	blockFlag(cmd, &o.Block)
 	return cmd
 }

@@ -30,7 +30,7 @@ func TestTree(t *testing.T) {
 		"eval":           {"corpus", "images", "keep", "out", "runs", "seed", "slackerd-arg", "work"},
 		"eval analysis":  {"corpus", "images", "keep", "only", "out", "runs", "seed", "slackerd-arg", "static", "work", "workloads"},
 		"eval hpmapper":  {"block", "cmd", "containers", "corpus", "image", "images", "keep", "limits", "out", "parallel", "ready", "runs", "seed", "slackerd-arg", "timeout", "work", "workloads"},
-		"eval longrun":   {"corpus", "duration", "images", "keep", "only", "out", "runs", "seed", "slackerd-arg", "start-timeout", "work", "workloads"},
+		"eval longrun":   {"block", "corpus", "duration", "images", "keep", "only", "out", "runs", "seed", "slackerd-arg", "start-timeout", "work", "workloads"},
 		"eval micro":     {"block", "corpus", "files", "images", "keep", "layers", "only", "opens", "out", "rerun-runs", "runs", "seed", "sizes", "skip", "slackerd-arg", "work", "workloads"},
 		"eval multimake": {"corpus", "images", "iterations", "keep", "only", "out", "runs", "seed", "slackerd-arg", "tests", "work"},
 		"eval report":    {"corpus", "images", "keep", "out", "runs", "seed", "slackerd-arg", "work"},
