@@ -178,10 +178,15 @@ its own file of --file-size, cold (page cache dropped; a fresh node for the cont
 systems) then warm, and a random-read sweep of block sizes, on: plain ext4 (a host
 directory: the data-volume case), ext4, xfs, btrfs and btrfs nodatacow on loop
 devices made under --work, containerd's overlayfs snapshot of the image holding the
-files, and Slacker's container root (ext4 on loop on FUSE). Needs root, fio,
-xfsprogs and btrfs-progs.`,
+files, and Slacker's container root in its default mode (slacker: an overlay over
+the node's read-only mount of the image, ext4 on loop on FUSE), in block mode
+(slacker-block: a block clone) and with a memory cache that holds every file
+(slacker-cache). On the Slacker roots the random reads run again with the data on
+the node (every file read whole first) and with the chunks in the local store but
+not in slackerd's cache (the cache purged). Needs root, fio, xfsprogs and
+btrfs-progs.`,
 		Example: `  slacker-bench eval storage                       # defaults: 32 x 16 MiB files, 10 s per test
-  slacker-bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker`,
+  slacker-bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker,slacker-block`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -194,7 +199,7 @@ xfsprogs and btrfs-progs.`,
 			if o.SweepBS, err = sizesFlag(sweep); err != nil {
 				return err
 			}
-			if o.Binaries, err = needBins(c, o.Targets, "overlayfs", "slacker"); err != nil {
+			if o.Binaries, err = needBins(c, o.Targets, "overlayfs", "slacker", "slacker-block", "slacker-cache"); err != nil {
 				return err
 			}
 			o.Dir, o.ImagesDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("storage"), c.images, c.runsOr(1), c.seed, c.daemonArgs
