@@ -77,3 +77,18 @@ func TestTree(t *testing.T) {
 		t.Errorf("root command %q", root.Use)
 	}
 }
+
+// TestBlockFlag: the items that measure Slacker's default mode beside overlayfs
+// measure slacker-block too unless told not to.
+func TestBlockFlag(t *testing.T) {
+	root := NewCommand()
+	for _, item := range []string{"micro", "hpmapper", "longrun"} {
+		c, _, err := root.Find([]string{"eval", item})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := c.Flags().Lookup("block"); f == nil || f.DefValue != "true" {
+			t.Errorf("eval %s: --block %+v, want on by default", item, f)
+		}
+	}
+}

@@ -3,6 +3,7 @@ package storage
 import (
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 
@@ -140,5 +141,18 @@ func TestSectionReadStates(t *testing.T) {
 		if hl[name] != want {
 			t.Errorf("headline %q = %q, want %q", name, hl[name], want)
 		}
+	}
+}
+
+// TestTargets: every target has a description, and the default targets measure
+// Slacker in both modes.
+func TestTargets(t *testing.T) {
+	for _, n := range AllTargets {
+		if targetDesc[n] == "" {
+			t.Errorf("target %s has no description", n)
+		}
+	}
+	if !slices.Contains(AllTargets, "slacker") || !slices.Contains(AllTargets, "slacker-block") {
+		t.Fatalf("default targets %v", AllTargets)
 	}
 }
