@@ -198,8 +198,9 @@ func (r *Results) readStates(sec *eval.Section) {
 				Value: fmt.Sprintf("%s (%s overlayfs's warm %s)", fmtIOPS(med[i]), times(stat.Ratio(med[i], ov)), fmtIOPS(ov))})
 		}
 	}
-	tbl.Note = "The same root as the cold and warm runs. Data on the node: every file was read whole through the root, then the page cache dropped, so the reads are served by what slackerd's cache kept of the files (the column: its memory and disk tiers when the run began; with a local store the disk tier is off by default, so the memory tier's size bounds it). " +
-		"Chunks in the local store, not in the cache: slackerd's cache purged (both tiers, through its API) and the page cache dropped. Ratios are against overlayfs's warm random reads (its files on the node's disk)."
+	tbl.Note = "The same root as the cold and warm runs. Data on the node: every file was read whole through the root (each chunk fetched and verified), then the page cache dropped, so the run is served from what slackerd's cache kept of the files " +
+		"(the column: its memory and disk tiers when the run began; each sample keeps the cache's statistics before and after the run). " +
+		"Chunks in the local store, not in the cache: slackerd's cache purged through its API (both tiers, and all it kept of the chunks) and the page cache dropped. Ratios are against overlayfs's warm random reads (its files on the node's disk)."
 	sec.Tables = append(sec.Tables, tbl)
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/eval"
 	"github.com/slacker-dev/slacker/bench/rig"
+	"github.com/slacker-dev/slacker/internal/api"
 )
 
 // Options configure a run.
@@ -88,8 +89,11 @@ type Sample struct {
 	// file up when fio opens it for writing).
 	WallS float64 `json:"wall_s"`
 	// CachedBytes, in the phases PhaseNode and PhaseStore, is what slackerd's cache
-	// held (memory and disk tiers) when the run began.
-	CachedBytes int64 `json:"cached_bytes,omitempty"`
+	// held (memory and disk tiers) when the run began; Cache its statistics when
+	// the run began and when it ended (the counters' differences say how the run's
+	// reads were served).
+	CachedBytes int64            `json:"cached_bytes,omitempty"`
+	Cache       []api.CacheStats `json:"cache,omitempty"`
 }
 
 // Config is the run's fio configuration.
@@ -282,7 +286,6 @@ func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []
 	job := func(root, rw string, bs int64, runtime int) JobSpec {
 		return JobSpec{RW: rw, BS: bs, Jobs: o.Jobs, Depth: o.Depth, Runtime: runtime, Files: files, Dir: root, FileSize: o.FileSize, Direct: true}
 	}
-	cached := int64(0) // of the next sample
 	do := func(spec JobSpec, phase string) bool {
 		r, wall, err := runFio(ctx, spec, filepath.Join(o.Dir, "jobs"))
 		if err != nil {
@@ -290,8 +293,7 @@ func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []
 			o.Progress.Printf("FAILED %s %s: %v", t.name(), spec.RW, err)
 			return false
 		}
-		out = append(out, Sample{Target: t.name(), RW: spec.RW, BS: spec.BS, Phase: phase, Run: run, Result: r, WallS: wall.Seconds(),
-			CachedBytes: cached})
+		out = append(out, Sample{Target: t.name(), RW: spec.RW, BS: spec.BS, Phase: phase, Run: run, Result: r, WallS: wall.Seconds()})
 		o.Progress.Printf("run %d %-16s %-9s %6s %s: %8.0f IOPS  p50 %7.0fµs  p99 %8.0fµs  (%s)", run, t.name(), spec.RW,
 			sizeName(spec.BS), phase, r.IOPS, r.P50Us, r.P99Us, strings.TrimSuffix(wall.Round(time.Millisecond).String(), "0s"))
 		return true
@@ -310,16 +312,22 @@ func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []
 				}
 				if st, ok := t.(*sysTarget); ok && st.slacker() != nil {
 					for _, phase := range []string{PhaseNode, PhaseStore} {
-						n, err := st.prepare(ctx, phase, root, files)
+						before, err := st.prepare(ctx, phase, root, files)
 						if err != nil {
 							meta.Fail("%s %s run %d: %v", t.name(), phase, run, err)
 							o.Progress.Printf("FAILED %s %s: %v", t.name(), phase, err)
 							break
 						}
-						o.Progress.Printf("run %d %-16s %s: slackerd's cache holds %s", run, t.name(), phase, corpus.HumanBytes(n))
-						cached = n
-						do(job(root, rw, 4096, o.Runtime), phase)
-						cached = 0
+						held := before.MemBytes + before.DiskBytes
+						o.Progress.Printf("run %d %-16s %s: slackerd's cache holds %s", run, t.name(), phase, corpus.HumanBytes(held))
+						if !do(job(root, rw, 4096, o.Runtime), phase) {
+							continue
+						}
+						smp := &out[len(out)-1]
+						smp.CachedBytes, smp.Cache = held, []api.CacheStats{before}
+						if after, err := st.slacker().Client().Stats(ctx); err == nil {
+							smp.Cache = append(smp.Cache, after.Cache)
+						}
 					}
 				}
 			}
@@ -422,31 +430,28 @@ func (t *sysTarget) slacker() *rig.Slacker {
 // prepare puts the open Slacker root's data where phase says: PhaseNode reads
 // every file whole through the root at root, so that slackerd's cache keeps what
 // it can of them; PhaseStore purges slackerd's cache, memory and disk tiers. Both
-// drop the page cache after. It returns what slackerd's cache then holds.
-func (t *sysTarget) prepare(ctx context.Context, phase, root string, files []string) (int64, error) {
+// drop the page cache after. It returns slackerd's cache statistics then.
+func (t *sysTarget) prepare(ctx context.Context, phase, root string, files []string) (api.CacheStats, error) {
 	c := t.slacker().Client()
 	switch phase {
 	case PhaseNode:
 		for _, f := range files {
 			if err := readAll(filepath.Join(root, f)); err != nil {
-				return 0, fmt.Errorf("read the data onto the node: %w", err)
+				return api.CacheStats{}, fmt.Errorf("read the data onto the node: %w", err)
 			}
 		}
 	case PhaseStore:
 		if err := c.DropCaches(ctx, true); err != nil {
-			return 0, fmt.Errorf("purge slackerd's cache: %w", err)
+			return api.CacheStats{}, fmt.Errorf("purge slackerd's cache: %w", err)
 		}
 	default:
-		return 0, fmt.Errorf("unknown phase %q", phase)
+		return api.CacheStats{}, fmt.Errorf("unknown phase %q", phase)
 	}
 	if err := rig.DropCaches(); err != nil {
-		return 0, err
+		return api.CacheStats{}, err
 	}
 	st, err := c.Stats(ctx)
-	if err != nil {
-		return 0, err
-	}
-	return st.Cache.MemBytes + st.Cache.DiskBytes, nil
+	return st.Cache, err
 }
 
 // readAll reads the file at path to its end, 1 MiB at a time.
