@@ -15,7 +15,7 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Dir       string // work directory (the two systems' state); emptied first
+	Dir       string // work directory (the systems' state); emptied first
 	ImagesDir string // OCI layout of the evaluation's images
 	Binaries  rig.Binaries
 	// Layers of FilesPerLayer empty files; OpensPerLayer opened per layer and run.

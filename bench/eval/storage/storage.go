@@ -21,7 +21,7 @@ import (
 
 // Options configure a run.
 type Options struct {
-	// Dir holds the loop files, mounts and the two systems' state; emptied first.
+	// Dir holds the loop files, mounts and the container systems' state; emptied first.
 	Dir string
 	// ImagesDir is the evaluation's OCI layout (the image holding the files).
 	ImagesDir string
