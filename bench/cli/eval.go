@@ -178,10 +178,15 @@ its own file of --file-size, cold (page cache dropped; a fresh node for the cont
 systems) then warm, and a random-read sweep of block sizes, on: plain ext4 (a host
 directory: the data-volume case), ext4, xfs, btrfs and btrfs nodatacow on loop
 devices made under --work, containerd's overlayfs snapshot of the image holding the
-files, and Slacker's container root (ext4 on loop on FUSE). Needs root, fio,
-xfsprogs and btrfs-progs.`,
+files, and Slacker's container root in its default mode (slacker: an overlay over
+the node's read-only mount of the image, ext4 on loop on FUSE), in block mode
+(slacker-block: a block clone) and with a memory cache that holds every file
+(slacker-cache). On the Slacker roots the random reads run again with the data on
+the node (every file read whole first) and with the chunks in the local store but
+not in slackerd's cache (the cache purged). Needs root, fio, xfsprogs and
+btrfs-progs.`,
 		Example: `  slacker-bench eval storage                       # defaults: 32 x 16 MiB files, 10 s per test
-  slacker-bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker`,
+  slacker-bench eval storage --runtime 3 --sweep-runtime 2 --targets ext4,overlayfs,slacker,slacker-block`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var err error
@@ -194,7 +199,7 @@ xfsprogs and btrfs-progs.`,
 			if o.SweepBS, err = sizesFlag(sweep); err != nil {
 				return err
 			}
-			if o.Binaries, err = needBins(c, o.Targets, "overlayfs", "slacker"); err != nil {
+			if o.Binaries, err = needBins(c, o.Targets, "overlayfs", "slacker", "slacker-block", "slacker-cache"); err != nil {
 				return err
 			}
 			o.Dir, o.ImagesDir, o.Runs, o.Seed, o.DaemonArgs = c.workDir("storage"), c.images, c.runsOr(1), c.seed, c.daemonArgs
@@ -213,6 +218,12 @@ xfsprogs and btrfs-progs.`,
 	f.StringVar(&loopSize, "loop-size", "2GiB", "size of each loop file (sparse)")
 	f.StringSliceVar(&o.Targets, "targets", nil, "stacks to measure (default all: "+strings.Join(storage.AllTargets, ",")+")")
 	return cmd
+}
+
+// blockFlag adds --block, on by default: slacker-block measured beside slacker
+// and overlayfs.
+func blockFlag(cmd *cobra.Command, block *bool) {
+	cmd.Flags().BoolVar(block, "block", true, "also measure slacker-block: slackerd with --container-root block (block clones) beside slacker (shared roots, the default) and overlayfs")
 }
 
 // needBins returns the binaries when targets (empty: all) include one of the
@@ -253,7 +264,8 @@ directory); on a cold node, with the page cache dropped before every open, opens
 an image whose bottom layer holds one random file per --sizes; a 1-byte append to each
 (after a stat), with and without fsync. Fig 22: every workload of --workloads (or
 --only) started twice on one node, from cold; the second container's time until
-ready. Needs root.`,
+ready. Systems: overlayfs, slacker (shared roots, the default mode) and, unless
+--block=false, slacker-block (slackerd --container-root block). Needs root.`,
 		Example: `  slacker-bench eval micro
   slacker-bench eval micro --sizes 4KiB,64KiB,1MiB,16MiB,64MiB,256MiB,1GiB --runs 5`,
 		Args: cobra.NoArgs,
@@ -281,6 +293,7 @@ ready. Needs root.`,
 	f.StringVar(&o.Workloads, "workloads", DefaultWorkloads, "HelloBench workloads file (second-run part)")
 	f.StringSliceVar(&o.Only, "only", nil, "workloads of the second-run part (default all)")
 	f.IntVar(&o.RerunRuns, "rerun-runs", 1, "repetitions of the second-run part (0: --runs)")
+	blockFlag(cmd, &o.Block)
 	return cmd
 }
 
@@ -377,7 +390,8 @@ on a cold node and wait until each prints its ready line; measure the time, the 
 the node read from the disk (blkio) and from Slacker's store, and its memory (page
 cache of the whole node's cgroups, slackerd's chunk cache, anonymous memory). Each
 --limits value runs it again with the containers' cgroup limited to that much memory
-(0: none). The daemons and containers run in cgroups under /slacker-eval-hp, removed
+(0: none). Systems: overlayfs, slacker (shared roots, the default mode) and, unless
+--block=false, slacker-block (slackerd --container-root block). The daemons and containers run in cgroups under /slacker-eval-hp, removed
 at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
 		Example: `  slacker-bench eval hpmapper --corpus /var/tmp/slacker-bench/corpus
   slacker-bench eval hpmapper --image tomcat --containers 16 --limits 0,2GiB`,
@@ -405,6 +419,7 @@ at the end. Needs root and the cgroup v1 memory and blkio controllers.`,
 	f.IntVar(&o.Parallel, "parallel", 0, "at most this many launching together (0: all)")
 	f.DurationVar(&o.Timeout, "timeout", 10*time.Minute, "give up on containers not ready by then")
 	f.StringSliceVar(&limits, "limits", []string{"0", "1GiB"}, "memory limits of the containers' cgroup (0: none)")
+	blockFlag(cmd, &o.Block)
 	return cmd
 }
 
@@ -449,7 +464,9 @@ pull, start the container, wait for the first request served, then load it with 
 benchmark client (pgbench, redis-benchmark, wrk, run on the host in the container's
 network namespace) until --duration after the pull began. Reports throughput over
 the whole window (start-up included) and while loaded, and the start-up delay.
-Needs root, postgresql-client, redis-tools, wrk and curl.`,
+Systems: overlayfs, slacker (shared roots, the default mode) and, unless
+--block=false, slacker-block (slackerd --container-root block). Needs root,
+postgresql-client, redis-tools, wrk and curl.`,
 		Example: `  slacker-bench eval longrun --duration 5m
   slacker-bench eval longrun --duration 30s --only redis,nginx`,
 		Args: cobra.NoArgs,
@@ -469,5 +486,6 @@ Needs root, postgresql-client, redis-tools, wrk and curl.`,
 	f.StringSliceVar(&o.Only, "only", nil, "servers to run (default all: postgres, redis, nginx, express)")
 	f.DurationVar(&o.Duration, "duration", 5*time.Minute, "window of each experiment, from the start of the pull")
 	f.DurationVar(&o.StartTimeout, "start-timeout", 2*time.Minute, "give up on a server that serves no request by then")
+	blockFlag(cmd, &o.Block)
 	return cmd
 }

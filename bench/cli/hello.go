@@ -36,8 +36,10 @@ func newHelloCommand() *cobra.Command {
                TCP port or HTTP answer, probed inside the container's network)
   development  push of a change to the top layer (one new file) + pull + run
 
-Systems: slacker; overlayfs (containerd 1.6 + runc, ordinary gzip layers); native;
-NAME=SOCKET for a containerd snapshotter already running (e.g. stargz=/run/...sock).
+Systems: slacker (its default container roots, shared); slacker-block (slackerd
+--container-root block: block clones); overlayfs (containerd 1.6 + runc, ordinary
+gzip layers); native; NAME=SOCKET for a containerd snapshotter already running
+(e.g. stargz=/run/...sock).
 Profiles: loopback (registry on 127.0.0.1), or an emulated link between the node and
 the registry (1gbit = 1 Gbit/s, --rtt 1ms; any Nmbit/Ngbit).
 
@@ -46,7 +48,8 @@ registry, containerd and slackerd, and writes OUT/results.json (after every samp
 and OUT/index.html with SVG figures. Needs root.`,
 		Example: `  slacker-bench hello --workloads shared/hellobench/workloads.toml --quick
   slacker-bench hello --workloads shared/hellobench/workloads.toml --systems overlayfs,slacker --profile 1gbit --runs 3
-  slacker-bench hello --workloads w.toml --only redis,nginx --systems overlayfs,slacker,stargz=/run/stargz/stargz.sock`,
+  slacker-bench hello --workloads w.toml --only redis,nginx --systems overlayfs,slacker,stargz=/run/stargz/stargz.sock
+  slacker-bench hello --workloads w.toml --quick --systems overlayfs,slacker,slacker-block`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.WorkloadsFile == "" {
@@ -87,7 +90,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.WorkloadsFile, "workloads", "w", "", "workloads TOML file")
-	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, overlayfs, native, NAME=SOCKET")
+	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, slacker-block, overlayfs, native, NAME=SOCKET")
 	f.StringVar(&o.Profile, "profile", "loopback", "network between node and registry: loopback, 1gbit, 100mbit, ...")
 	f.DurationVar(&o.RTT, "rtt", time.Millisecond, "round-trip time of an emulated link")
 	f.IntVar(&o.Runs, "runs", 3, "repetitions of every workload, system and cycle (--quick: 2)")

@@ -29,9 +29,9 @@ func TestTree(t *testing.T) {
 		"corpus synth":   {"dir", "files", "json", "layers", "min-free", "name", "seed", "size", "verbose"},
 		"eval":           {"corpus", "images", "keep", "out", "runs", "seed", "slackerd-arg", "work"},
 		"eval analysis":  {"corpus", "images", "keep", "only", "out", "runs", "seed", "slackerd-arg", "static", "work", "workloads"},
-		"eval hpmapper":  {"cmd", "containers", "corpus", "image", "images", "keep", "limits", "out", "parallel", "ready", "runs", "seed", "slackerd-arg", "timeout", "work", "workloads"},
-		"eval longrun":   {"corpus", "duration", "images", "keep", "only", "out", "runs", "seed", "slackerd-arg", "start-timeout", "work", "workloads"},
-		"eval micro":     {"corpus", "files", "images", "keep", "layers", "only", "opens", "out", "rerun-runs", "runs", "seed", "sizes", "skip", "slackerd-arg", "work", "workloads"},
+		"eval hpmapper":  {"block", "cmd", "containers", "corpus", "image", "images", "keep", "limits", "out", "parallel", "ready", "runs", "seed", "slackerd-arg", "timeout", "work", "workloads"},
+		"eval longrun":   {"block", "corpus", "duration", "images", "keep", "only", "out", "runs", "seed", "slackerd-arg", "start-timeout", "work", "workloads"},
+		"eval micro":     {"block", "corpus", "files", "images", "keep", "layers", "only", "opens", "out", "rerun-runs", "runs", "seed", "sizes", "skip", "slackerd-arg", "work", "workloads"},
 		"eval multimake": {"corpus", "images", "iterations", "keep", "only", "out", "runs", "seed", "slackerd-arg", "tests", "work"},
 		"eval report":    {"corpus", "images", "keep", "out", "runs", "seed", "slackerd-arg", "work"},
 		"eval scale":     {"corpus", "counts", "images", "keep", "max-bytes", "out", "runs", "seed", "sizes", "slackerd-arg", "work"},
@@ -75,5 +75,20 @@ func TestTree(t *testing.T) {
 	}
 	if root.Use != "slacker-bench" {
 		t.Errorf("root command %q", root.Use)
+	}
+}
+
+// TestBlockFlag: the items that measure Slacker's default mode beside overlayfs
+// measure slacker-block too unless told not to.
+func TestBlockFlag(t *testing.T) {
+	root := NewCommand()
+	for _, item := range []string{"micro", "hpmapper", "longrun"} {
+		c, _, err := root.Find([]string{"eval", item})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := c.Flags().Lookup("block"); f == nil || f.DefValue != "true" {
+			t.Errorf("eval %s: --block %+v, want on by default", item, f)
+		}
 	}
 }

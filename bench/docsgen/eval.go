@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/slacker-dev/slacker/bench/eval"
 	"github.com/slacker-dev/slacker/bench/eval/analysis"
 	"github.com/slacker-dev/slacker/bench/eval/micro"
 	"github.com/slacker-dev/slacker/bench/eval/stat"
@@ -46,7 +47,8 @@ import (
 // (tar_bytes / gz_bytes), file_dedup, block_dedup (file bytes over the distinct
 // files or 4 KiB blocks), depth3 (file bytes at depth 3 or deeper); and "corpus",
 // one record. The micro-benchmark's second run has "rerun-medians": one record per
-// workload and system with first and second, the medians the item reports.
+// workload and system (overlayfs, slacker, and slacker-block when it ran) with
+// first and second, the medians the item reports.
 func init() {
 	figures["eval"] = map[string]figure{
 		"ratio": numbers(6, func(d *Data, src string, a []string) ([]float64, error) {
@@ -225,7 +227,11 @@ func (d *Data) rerunMedians(src string) ([]record, error) {
 			ws = append(ws, s.Workload)
 		}
 	}
-	for _, sys := range []string{"overlayfs", "slacker"} {
+	var systems []string
+	for _, s := range r.Rerun {
+		systems = append(systems, s.System)
+	}
+	for _, sys := range eval.ReportSystems(systems) {
 		for _, w := range ws {
 			out = append(out, record{"system": sys, "workload": w, "first": r.RerunMedian(sys, w, false), "second": r.RerunMedian(sys, w, true)})
 		}

@@ -133,7 +133,9 @@ func fixture(t *testing.T) *Data {
   {"system": "slacker", "workload": "a", "category": "x", "run": 1, "first_s": 1, "second_s": 0.5},
   {"system": "slacker", "workload": "b", "category": "x", "run": 1, "first_s": 2, "second_s": 0.7},
   {"system": "overlayfs", "workload": "a", "category": "x", "run": 1, "first_s": 1, "second_s": 0.4},
-  {"system": "overlayfs", "workload": "b", "category": "x", "run": 1, "first_s": 0, "second_s": 0, "error": "did not start"}
+  {"system": "overlayfs", "workload": "b", "category": "x", "run": 1, "first_s": 0, "second_s": 0, "error": "did not start"},
+  {"system": "slacker-block", "workload": "a", "category": "x", "run": 1, "first_s": 1, "second_s": 0.8},
+  {"system": "slacker-block", "workload": "b", "category": "x", "run": 1, "first_s": 2, "second_s": 1.2}
  ]}`)
 	raw("docs/eval/breakdown/micro-before.json", `{"meta": {"item": "micro"}, "append": [
   {"system": "slacker", "size": 4096, "run": 1, "s": 0.0001, "fsync_s": 0.007}]}`)
@@ -220,6 +222,7 @@ func TestFigures(t *testing.T) {
 		{"micro max containers - containers d", "64"},
 		{"micro max image_bytes - mm-gcc-11 MiB0", "293 MiB"},
 		{"micro median rerun-medians system=slacker second s1", "0.6 s"},
+		{"micro median rerun-medians system=slacker-block second s1", "1.0 s"},
 		{"micro each:count@system rerun-medians second!=NaN - d", "1–2"},
 		{"analysis median images - read f0", "25"},
 		{"analysis count images read!=NaN - d", "2"},

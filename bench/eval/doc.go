@@ -7,9 +7,11 @@
 //
 // This package holds what the items share beyond the rig (bench/rig): the record
 // of a run as an item's JSON holds it (Meta: date, machine, commit and command from
-// the rig's Record, elapsed time, notes, failures), the pair of systems every item
-// compares, the Section every item's result renders as (figures, tables, headline
-// numbers), cgroups, and small process helpers. Each item lives in its own
+// the rig's Record, elapsed time, notes, failures), the systems every item compares
+// (Pair: overlayfs and Slacker, in the container root modes the item asks for:
+// "slacker" for the default, shared roots, "slacker-block" for block clones) and
+// how reports name and colour them, the Section every item's result renders as
+// (figures, tables, headline numbers), cgroups, and small process helpers. Each item lives in its own
 // subpackage; package report renders them all as one HTML page, and the command
 // tree (`slacker-bench eval`) is in bench/cli.
 //

@@ -1,10 +1,16 @@
 package eval
 
 import (
+	"maps"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 func TestParseIOServiceLine(t *testing.T) {
@@ -112,5 +118,71 @@ func TestCPUTimes(t *testing.T) {
 	}
 	if Cgroup("/none").CPUUsage() != 0 {
 		t.Fatal("missing cgroup")
+	}
+}
+
+// TestSlackerSystems: the Modes of a pair make one Slacker system each, named by
+// mode in a directory named as it is; Systems lists them baseline first, Shuffled
+// draws all of them, and RootModes records the modes (none for the mode-less
+// system of the items that never asked for one).
+func TestSlackerSystems(t *testing.T) {
+	bin := t.TempDir()
+	bins := rig.Binaries{Slacker: filepath.Join(bin, "slacker"), Slackerd: filepath.Join(bin, "slackerd")}
+	for _, b := range []string{bins.Slacker, bins.Slackerd} {
+		if err := os.WriteFile(b, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tests := []struct {
+		modes []string
+		names []string
+		root  map[string]string
+		err   string
+	}{
+		{modes: nil, names: []string{"slacker"}},
+		{modes: SlackerModes(false), names: []string{"slacker"}, root: map[string]string{"slacker": "shared"}},
+		{modes: SlackerModes(true), names: []string{"slacker", "slacker-block"}, root: map[string]string{"slacker": "shared", "slacker-block": "block"}},
+		{modes: []string{"block", "shared"}, names: []string{"slacker", "slacker-block"}, root: map[string]string{"slacker": "shared", "slacker-block": "block"}},
+		{modes: []string{"block"}, names: []string{"slacker-block"}, root: map[string]string{"slacker-block": "block"}},
+		{modes: []string{"shared", "shared"}, err: "twice"},
+		{modes: []string{""}, err: "want"},
+		{modes: []string{"overlay"}, err: "want"},
+	}
+	for _, tt := range tests {
+		sl, bl, err := newSlackers(PairOptions{Dir: "/w", Binaries: bins, Modes: tt.modes})
+		if tt.err != "" {
+			if err == nil || !strings.Contains(err.Error(), tt.err) {
+				t.Errorf("modes %q: %v, want an error with %q", tt.modes, err, tt.err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("modes %q: %v", tt.modes, err)
+		}
+		p := &Pair{Slacker: sl, Block: bl}
+		var names []string
+		for _, s := range p.Systems() {
+			names = append(names, s.Name())
+		}
+		if !slices.Equal(names, tt.names) || !maps.Equal(p.RootModes(), tt.root) {
+			t.Errorf("modes %q: systems %q, root modes %v; want %q, %v", tt.modes, names, p.RootModes(), tt.names, tt.root)
+		}
+		for _, s := range []*rig.Slacker{sl, bl} {
+			if s != nil && s.Store() != filepath.Join("/w", s.Name(), "store") {
+				t.Errorf("modes %q: %s's store is %s", tt.modes, s.Name(), s.Store())
+			}
+		}
+		seen := map[string]int{}
+		rng := rand.New(rand.NewPCG(1, 2))
+		for range 20 {
+			for _, s := range p.Shuffled(rng) {
+				seen[s.Name()]++
+			}
+		}
+		for _, n := range tt.names {
+			if seen[n] != 20 {
+				t.Errorf("modes %q: %s drawn %d times in 20 shuffles", tt.modes, n, seen[n])
+			}
+		}
 	}
 }

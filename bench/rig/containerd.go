@@ -70,7 +70,7 @@ func (c *Containerd) Name() string {
 	case c.o.Name != "":
 		return c.o.Name
 	case c.o.Snapshotter == "overlayfs":
-		return "overlayfs"
+		return OverlayfsName
 	}
 	return "containerd-" + c.o.Snapshotter
 }

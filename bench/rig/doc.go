@@ -3,9 +3,10 @@
 //
 //   - the container systems they compare, each driven through its real user-facing
 //     tools so that a measured time is what a user would wait: "slacker" (slackerd
-//     and the slacker CLI), "overlayfs" (containerd 1.6 with its overlayfs
-//     snapshotter, driven by ctr), containerd with another snapshotter, and
-//     containerd with slackerd's snapshotter. Each System publishes an image to a
+//     and the slacker CLI; its default container roots, shared), "slacker-block"
+//     (the same with --container-root block: block clones), "overlayfs" (containerd
+//     1.6 with its overlayfs snapshotter, driven by ctr), containerd with another
+//     snapshotter, and containerd with slackerd's snapshotter. Each System publishes an image to a
 //     registry, makes its node cold (fresh state, page cache dropped), pulls, runs
 //     and mounts a writable container root; a Starter starts a container in the
 //     background, and StartContainer with a Container watches one, whoever made it;

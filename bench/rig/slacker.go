@@ -30,7 +30,30 @@ type SlackerOptions struct {
 	// the snapshotter's blank base when it starts (on a cold node in every sample,
 	// that is a mkfs and an upload beside the measured pull and run).
 	Snapshotter bool
+	// RootMode is how the system makes container roots: RootShared (slackerd's
+	// default) or RootBlock. slackerd is started with --container-root RootMode,
+	// `slacker run` is given --root-mode RootMode (an image's label cannot change
+	// it), and Mount and the evaluation's launched containers make roots of that
+	// mode. A RootBlock system is called "slacker-block", so that results keep the
+	// name "slacker" for the default mode. Empty leaves `slacker run` to slackerd's
+	// default and makes Mount's root a block clone (the volume API's default for a
+	// volume that is not a container's), as the core benchmark has always measured.
+	RootMode string
 }
+
+// Container root modes of a Slacker system (slackerd --container-root).
+const (
+	RootShared = "shared"
+	RootBlock  = "block"
+)
+
+// Names of the systems in results: the default mode keeps "slacker", and the
+// containerd baseline is "overlayfs".
+const (
+	SlackerName      = "slacker"
+	SlackerBlockName = "slacker-block"
+	OverlayfsName    = "overlayfs"
+)
 
 // Slacker is slackerd and the slacker CLI. The chunk store (Dir/store) survives Cold;
 // the node's state (Dir/node: cache, volumes, names) does not.
@@ -46,6 +69,9 @@ type Slacker struct {
 
 // NewSlacker returns the system; nothing runs until Publish or Cold.
 func NewSlacker(o SlackerOptions) (*Slacker, error) {
+	if o.RootMode != "" && o.RootMode != RootShared && o.RootMode != RootBlock {
+		return nil, fmt.Errorf("slacker system: container root mode %q: want %q or %q", o.RootMode, RootShared, RootBlock)
+	}
 	for _, b := range []string{o.Slacker, o.Slackerd} {
 		if _, err := os.Stat(b); err != nil {
 			return nil, fmt.Errorf("slacker system: %w (build with scripts/setup.sh)", err)
@@ -54,7 +80,29 @@ func NewSlacker(o SlackerOptions) (*Slacker, error) {
 	return &Slacker{o: o}, nil
 }
 
-func (s *Slacker) Name() string { return "slacker" }
+// Name is "slacker-block" for a RootBlock system, else "slacker".
+func (s *Slacker) Name() string { return SlackerNameOf(s.o.RootMode) }
+
+// SlackerNameOf is the name of the Slacker system of root mode mode.
+func SlackerNameOf(mode string) string {
+	if mode == RootBlock {
+		return SlackerBlockName
+	}
+	return SlackerName
+}
+
+// RootMode is the system's container root mode (SlackerOptions.RootMode; empty
+// when it has none of its own).
+func (s *Slacker) RootMode() string { return s.o.RootMode }
+
+// runFlags are the flags `slacker run` takes before the image: the system's root
+// mode, when it has one.
+func (s *Slacker) runFlags() []string {
+	if s.o.RootMode == "" {
+		return nil
+	}
+	return []string{"--root-mode", s.o.RootMode}
+}
 
 // Store is the chunk store's location.
 func (s *Slacker) Store() string {
@@ -77,12 +125,7 @@ func (s *Slacker) start(ctx context.Context, root string) error {
 	if err != nil {
 		return err
 	}
-	args := []string{"--root", root, "--socket", s.socket(), "--store", s.Store()}
-	if !s.o.Snapshotter {
-		args = append(args, "--snapshotter-socket", "off")
-	}
-	args = append(args, s.o.DaemonArgs...)
-	cmd := exec.Command(s.o.Slackerd, args...)
+	cmd := exec.Command(s.o.Slackerd, s.daemonArgs(root)...)
 	cmd.Stdout, cmd.Stderr = log, log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
@@ -108,6 +151,20 @@ func (s *Slacker) start(ctx context.Context, root string) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// daemonArgs are slackerd's flags on root. The root mode comes after the extra
+// flags, so that the system is what its name says whatever they hold.
+func (s *Slacker) daemonArgs(root string) []string {
+	args := []string{"--root", root, "--socket", s.socket(), "--store", s.Store()}
+	if !s.o.Snapshotter {
+		args = append(args, "--snapshotter-socket", "off")
+	}
+	args = append(args, s.o.DaemonArgs...)
+	if s.o.RootMode != "" {
+		args = append(args, "--container-root", s.o.RootMode)
+	}
+	return args
 }
 
 func (s *Slacker) stop() {
@@ -148,7 +205,9 @@ func (s *Slacker) mustCLI(ctx context.Context, args ...string) (RunResult, error
 }
 
 // Publish converts the image on a publishing node sharing the store and pushes its
-// descriptor. The push time is the descriptor push; conversion is reported apart.
+// descriptor, to a repository named after the system (REGISTRY/slacker/NAME,
+// REGISTRY/slacker-block/NAME). The push time is the descriptor push; conversion is
+// reported apart.
 func (s *Slacker) Publish(ctx context.Context, img Image, registryAddr string) (string, time.Duration, error) {
 	if err := s.start(ctx, filepath.Join(s.o.Dir, "publish")); err != nil {
 		return "", 0, err
@@ -157,12 +216,17 @@ func (s *Slacker) Publish(ctx context.Context, img Image, registryAddr string) (
 	if _, err := s.mustCLI(ctx, "convert", "-q", "oci:"+img.Layout+":"+img.Tag, img.Name); err != nil {
 		return "", 0, err
 	}
-	ref := fmt.Sprintf("%s/slacker/%s:latest", registryAddr, img.Name)
+	ref := s.ref(registryAddr, img.Name)
 	r, err := s.mustCLI(ctx, "push", img.Name, ref)
 	if err != nil {
 		return "", 0, err
 	}
 	return ref, r.Took, nil
+}
+
+// ref is where Publish pushes image name.
+func (s *Slacker) ref(registryAddr, name string) string {
+	return fmt.Sprintf("%s/%s/%s:latest", registryAddr, s.Name(), name)
 }
 
 // Cold restarts slackerd on an empty node directory.
@@ -202,7 +266,8 @@ func (s *Slacker) Traffic(ctx context.Context) (Traffic, error) {
 }
 
 func (s *Slacker) Run(ctx context.Context, ref string, args []string, stdin io.Reader) (RunResult, error) {
-	return s.cli(ctx, stdin, append([]string{"run", "--rm", "-i", ref, "--"}, args...)...)
+	run := append(append([]string{"run", "--rm", "-i"}, s.runFlags()...), ref, "--")
+	return s.cli(ctx, stdin, append(run, args...)...)
 }
 
 func (s *Slacker) FetchedBytes(ctx context.Context) (int64, error) {
@@ -216,7 +281,8 @@ func (s *Slacker) PeakRSS(ctx context.Context) (int64, error) {
 	return st.PeakRSS, err
 }
 
-// Mount clones the pulled image into a mounted volume.
+// Mount makes a mounted container root of the pulled image: of the system's root
+// mode, or a block clone when it has none.
 func (s *Slacker) Mount(ctx context.Context, ref string) (string, func() error, error) {
 	if _, err := s.mustCLI(ctx, "pull", ref); err != nil {
 		return "", nil, err
@@ -237,7 +303,7 @@ func (s *Slacker) Mount(ctx context.Context, ref string) (string, func() error, 
 	for _, im := range imgs {
 		if im.Name == ref {
 			id := fmt.Sprintf("bench-%d", time.Now().UnixNano())
-			v, err := s.client.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: digestOf(im.Descriptor.Snapshot), Mount: true})
+			v, err := s.client.CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: digestOf(im.Descriptor.Snapshot), Mount: true, Mode: s.o.RootMode})
 			if err != nil {
 				return "", nil, err
 			}
@@ -269,7 +335,7 @@ func (s *Slacker) Start(ctx context.Context, ref string, spec RunSpec) (*Contain
 	if err != nil {
 		return nil, err
 	}
-	args := []string{"run", "--name", spec.Name}
+	args := append([]string{"run", "--name", spec.Name}, s.runFlags()...)
 	if spec.Stdin != nil {
 		args = append(args, "-i")
 	}
@@ -355,7 +421,8 @@ func (s *Slacker) PushChange(ctx context.Context, img Image, ref string, ch Chan
 	defer s.stop()
 	name := "change-" + img.Name + "-" + ch.Tag
 	s.cli(ctx, nil, "rm", "-f", name)
-	if _, err := s.cli(ctx, nil, "run", "--name", name, "--entrypoint", "", img.Name, "--", "/hellobench-nothing"); err != nil {
+	run := append(append([]string{"run", "--name", name}, s.runFlags()...), "--entrypoint", "", img.Name, "--", "/hellobench-nothing")
+	if _, err := s.cli(ctx, nil, run...); err != nil {
 		return PushResult{}, err
 	}
 	defer s.cli(context.WithoutCancel(ctx), nil, "rm", "-f", name)

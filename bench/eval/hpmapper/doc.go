@@ -1,9 +1,11 @@
 // Package hpmapper is the evaluation's HP-Mapper experiment (`slacker-bench eval
 // hpmapper`): N containers (64) started at once from one image on a cold node,
-// Slacker vs containerd + overlayfs: the time until all are ready, the bytes read
-// from the disk (and, for Slacker, fetched from its store), and the memory used
-// (page cache, and the daemon's own cache), then again with the containers' memory
-// limited.
+// Slacker vs containerd + overlayfs, Slacker in its default mode ("slacker": shared
+// roots, one read-only mount of the image per node) and, unless left out, in block
+// mode ("slacker-block": a block clone and an ext4 per container): the time until
+// all are ready, the bytes read from the disk (and, for Slacker, fetched from its
+// store), and the memory used (page cache, and the daemon's own cache), then again
+// with the containers' memory limited.
 //
 // Every process of a system's node runs in a cgroup v1 tree of ours
 // (/slacker-eval-hp/SYSTEM): the daemon (slackerd, or containerd with its shims) in

@@ -34,9 +34,12 @@ type Options struct {
 	Containers, Parallel int
 	Timeout              time.Duration
 	// Limits are the memory limits of the containers' cgroup to run under; 0 is none.
-	Limits     []int64
-	Runs       int
-	Seed       uint64
+	Limits []int64
+	Runs   int
+	Seed   uint64
+	// Block measures slacker-block (slackerd --container-root block) too, beside
+	// slacker (its default mode, shared roots) and overlayfs.
+	Block      bool
 	Binaries   rig.Binaries
 	DaemonArgs []string
 	Progress   *rig.Progress
@@ -71,9 +74,10 @@ type Sample struct {
 	DaemonCache int64 `json:"daemon_cache_bytes"`
 	OOMKills    int64 `json:"oom_kills"`
 	// The breakdown of the containers' reads: their cgroup's major page faults and
-	// page cache (the page cache of their root filesystems; on Slacker each
-	// container's ext4 has its own), and for Slacker the bytes the containers' volumes
-	// served (reads through FUSE: first reads plus re-reads of evicted pages).
+	// page cache (the page cache of their root filesystems: in block mode each
+	// container's ext4 has its own; shared roots share their image's), and for
+	// Slacker the bytes the containers' roots read through FUSE (first reads plus
+	// re-reads of evicted pages; a shared image root's counted once).
 	MajorFaults     int64 `json:"major_faults"`
 	ContainersCache int64 `json:"containers_page_cache_bytes"`
 	VolumeReadBytes int64 `json:"volume_read_bytes,omitempty"`
@@ -97,7 +101,11 @@ type Results struct {
 	Limits       []int64    `json:"limits"`
 	Runs         int        `json:"runs"`
 	SlackerdArgs []string   `json:"slackerd_args,omitempty"`
-	Samples      []Sample   `json:"samples"`
+	// RootModes are the Slacker systems' container root modes, by name (none in
+	// results from before the modes were measured, whose "slacker" launched block
+	// clones).
+	RootModes map[string]string `json:"root_modes,omitempty"`
+	Samples   []Sample          `json:"samples"`
 }
 
 // cgroupRoot is the top of the experiment's cgroups.
@@ -164,17 +172,19 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}
 	res := &Results{Meta: eval.NewMeta("hpmapper"), Image: w.Name, ImageBytes: img.DataBytes, Args: o.Args, Ready: o.Ready,
 		Containers: o.Containers, Parallel: o.Parallel, Limits: o.Limits, Runs: o.Runs, SlackerdArgs: o.DaemonArgs}
-	pair, err := eval.StartPair(ctx, eval.PairOptions{Dir: o.Dir, Binaries: o.Binaries, DaemonArgs: o.DaemonArgs})
+	pair, err := eval.StartPair(ctx, eval.PairOptions{Dir: o.Dir, Binaries: o.Binaries, DaemonArgs: o.DaemonArgs,
+		Modes: eval.SlackerModes(o.Block)})
 	if err != nil {
 		return nil, err
 	}
+	res.RootModes = pair.RootModes()
 	defer func() {
 		pair.Close()
 		if err := cgroupRoot.Remove(); err != nil {
 			o.Progress.Printf("remove cgroups: %v", err)
 		}
 	}()
-	o.Progress.Printf("publishing %s (%s) to both systems", img.Name, eval.HumanBytes(img.DataBytes))
+	o.Progress.Printf("publishing %s (%s) to every system", img.Name, eval.HumanBytes(img.DataBytes))
 	if err := pair.Publish(ctx, img); err != nil {
 		return nil, err
 	}
@@ -188,7 +198,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 				}
 				smp := start(ctx, o, s, pair.Ref(s, img.Name), cfg.Config, re, dev, limit)
 				smp.Run = run
-				o.Progress.Printf("run %d %-9s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d; containers: major faults %d, page cache %s, volume reads %s; cpu: daemon %.1fs, containers %.1fs %s",
+				o.Progress.Printf("run %d %-13s limit %-8s %d/%d ready in %.1fs (median %.1fs); disk read %s, store %s; page cache %s, anon %s, daemon rss %s, daemon cache %s, oom kills %d; containers: major faults %d, page cache %s, volume reads %s; cpu: daemon %.1fs, containers %.1fs %s",
 					run, s.Name(), limitName(limit), smp.Ready, o.Containers, smp.Seconds, smp.ReadyMedian, eval.HumanBytes(smp.DiskReadBytes),
 					eval.HumanBytes(smp.StoreBytes), eval.HumanBytes(smp.PageCache), eval.HumanBytes(smp.Anon), eval.HumanBytes(smp.DaemonRSS),
 					eval.HumanBytes(smp.DaemonCache), smp.OOMKills, smp.MajorFaults, eval.HumanBytes(smp.ContainersCache), eval.HumanBytes(smp.VolumeReadBytes), smp.DaemonCPU, smp.ContainersCPU, smp.Error)
@@ -337,13 +347,13 @@ func start(ctx context.Context, o Options, s rig.System, ref string, cfg v1.Conf
 	if m, err := conts.MemoryStat(); err == nil {
 		smp.MajorFaults, smp.ContainersCache = m["total_pgmajfault"], m["total_cache"]
 	}
+	var started []string
 	for _, c := range cs {
 		if c != nil {
-			if st, ok := l.VolumeStats(ctx, c.ID); ok {
-				smp.VolumeReadBytes += st.ReadBytes
-			}
+			started = append(started, c.ID)
 		}
 	}
+	smp.VolumeReadBytes = launch.ReadBytes(ctx, l, started)
 	smp.DaemonRSS = eval.ProcRSS(pid)
 	if r, w, err := cg.IO(); err == nil {
 		smp.DiskReadBytes, smp.DiskWriteBytes = r-read0, w-write0

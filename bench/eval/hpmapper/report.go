@@ -3,19 +3,21 @@ package hpmapper
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/slacker-dev/slacker/bench/eval"
 	"github.com/slacker-dev/slacker/bench/eval/plot"
 	"github.com/slacker-dev/slacker/bench/eval/stat"
 )
 
-var systems = []string{"overlayfs", "slacker"}
-
-func sysColor(s string) string {
-	if s == "slacker" {
-		return plot.Slacker
+// systems are the systems reported, the baseline first: overlayfs, slacker, and
+// slacker-block when the results have it.
+func (r *Results) systems() []string {
+	var have []string
+	for _, s := range r.Samples {
+		have = append(have, s.System)
 	}
-	return plot.Baseline
+	return eval.ReportSystems(have)
 }
 
 // Median of f over the samples of a system and limit (failed starts included: a
@@ -48,6 +50,7 @@ func (r *Results) Section() eval.Section {
 		limit int64
 	}
 	var keys []key
+	systems := r.systems()
 	for _, l := range r.Limits {
 		for _, s := range systems {
 			cats = append(cats, fmt.Sprintf("%s, limit %s", s, limitName(l)))
@@ -114,7 +117,7 @@ func (r *Results) Section() eval.Section {
 		for _, k := range keys {
 			med := func(f func(Sample) float64) float64 { return r.Median(k.sys, k.limit, f) }
 			vr := "-"
-			if k.sys == "slacker" {
+			if k.sys != "overlayfs" {
 				vr = byts(med(func(s Sample) float64 { return float64(s.VolumeReadBytes) }))
 			}
 			row := []string{k.sys, limitName(k.limit), fmt.Sprintf("%.0f", med(func(s Sample) float64 { return float64(s.MajorFaults) })),
@@ -124,20 +127,37 @@ func (r *Results) Section() eval.Section {
 			}
 			bt.Rows = append(bt.Rows, row)
 		}
-		bt.Note = "Page faults and page cache of the containers' cgroup. overlayfs shares one page cache of the image's files among all containers; " +
-			"each Slacker container has its own ext4 on its own clone, so each caches its own copy of what it reads, and under a memory limit the pages evicted are read again through loop, FUSE and slackerd."
+		bt.Note = r.breakdownNote(systems)
 		sec.Tables = append(sec.Tables, bt)
 	}
 	for _, l := range r.Limits {
-		ot, st := r.Median("overlayfs", l, seconds), r.Median("slacker", l, seconds)
-		om, sm := r.Median("overlayfs", l, Memory), r.Median("slacker", l, Memory)
-		sec.Headlines = append(sec.Headlines,
-			eval.Headline{Name: fmt.Sprintf("%d containers, memory limit %s: time until all ready, overlayfs / Slacker", r.Containers, limitName(l)),
-				Value: fmt.Sprintf("%s (%s s vs %s s)%s", ratio(ot, st), secs(ot), secs(st), r.notReady(l)), Paper: "HP-Mapper 2.0-7.2x faster than other drivers"},
-			eval.Headline{Name: fmt.Sprintf("%d containers, memory limit %s: page cache + daemon cache, Slacker / overlayfs", r.Containers, limitName(l)),
-				Value: fmt.Sprintf("%s (%s vs %s)", ratio(sm, om), byts(sm), byts(om)), Paper: "HP-Mapper uses >65% less cache"})
+		ot, om := r.Median("overlayfs", l, seconds), r.Median("overlayfs", l, Memory)
+		for _, sys := range systems[1:] {
+			st, sm := r.Median(sys, l, seconds), r.Median(sys, l, Memory)
+			sec.Headlines = append(sec.Headlines,
+				eval.Headline{Name: fmt.Sprintf("%d containers, memory limit %s: time until all ready, overlayfs / %s", r.Containers, limitName(l), eval.Title(sys)),
+					Value: fmt.Sprintf("%s (%s s vs %s s)%s", ratio(ot, st), secs(ot), secs(st), r.notReady(l, sys)), Paper: "HP-Mapper 2.0-7.2x faster than other drivers"},
+				eval.Headline{Name: fmt.Sprintf("%d containers, memory limit %s: page cache + daemon cache, %s / overlayfs", r.Containers, limitName(l), eval.Title(sys)),
+					Value: fmt.Sprintf("%s (%s vs %s)", ratio(sm, om), byts(sm), byts(om)), Paper: "HP-Mapper uses >65% less cache"})
+		}
 	}
 	return sec
+}
+
+// breakdownNote explains the read breakdown of the systems reported.
+func (r *Results) breakdownNote(systems []string) string {
+	note := "Page faults and page cache of the containers' cgroup. "
+	if r.RootModes == nil {
+		// Results from before the modes were measured: "slacker" launched block clones.
+		return note + "overlayfs shares one page cache of the image's files among all containers; " +
+			"each Slacker container has its own ext4 on its own clone, so each caches its own copy of what it reads, and under a memory limit the pages evicted are read again through loop, FUSE and slackerd."
+	}
+	note += "overlayfs, and slacker (Slacker's default mode: one read-only mount of the image per node, under each container's overlay), share one page cache of the image's files among all containers; " +
+		"slacker's reads through FUSE are its image root's, counted once"
+	if slices.Contains(systems, "slacker-block") {
+		note += ". slacker-block gives each container its own ext4 on its own clone, so each caches its own copy of what it reads, and under a memory limit the pages evicted are read again through loop, FUSE and slackerd"
+	}
+	return note + "."
 }
 
 func secs(v float64) string {
@@ -183,11 +203,11 @@ func (r *Results) hasCPU() bool {
 	return false
 }
 
-// notReady notes, for a headline, the systems whose starts under limit did not all
-// get ready (their time is then the timeout).
-func (r *Results) notReady(limit int64) string {
+// notReady notes, for the headline comparing sys with overlayfs, those of the two
+// whose starts under limit did not all get ready (their time is then the timeout).
+func (r *Results) notReady(limit int64, sys string) string {
 	var out string
-	for _, sys := range systems {
+	for _, sys := range []string{"overlayfs", sys} {
 		var ready []float64
 		for _, s := range r.Samples {
 			if s.System == sys && s.Limit == limit {

@@ -2,8 +2,8 @@
 // evaluation's items that need more than the systems' Run (a container's process ID
 // and network namespace, its output, its cgroup): on containerd with `ctr run`
 // (snapshot, shim, runc), and on Slacker with the steps `slacker run` takes (a
-// mounted clone of the image's snapshot, a runc bundle from the image's config,
-// `runc run`). Both give the container an /etc/hosts, hostname and resolv.conf, as
+// mounted root made from the image's snapshot in the system's container root mode,
+// a runc bundle from the image's config, `runc run`). Both give the container an /etc/hosts, hostname and resolv.conf, as
 // Docker and `slacker run` do, and optionally a cgroup under a parent of ours.
 //
 // The container itself (its run command watched in the background, its process,

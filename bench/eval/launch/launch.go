@@ -36,6 +36,31 @@ type Launcher interface {
 	remove(ctx context.Context, id string) error
 	// VolumeStats is the container's volume's statistics (Slacker only).
 	VolumeStats(ctx context.Context, id string) (api.VolumeStats, bool)
+	// volume describes the container's volume (Slacker only).
+	volume(ctx context.Context, id string) (api.Volume, bool)
+}
+
+// ReadBytes is what the roots of the containers ids read through FUSE (0 on
+// containerd): each block clone's own reads, and each shared image root's once,
+// however many of the containers' shared roots stand on it (every one of them
+// reports the image root's counters).
+func ReadBytes(ctx context.Context, l Launcher, ids []string) int64 {
+	var n int64
+	images := map[digest.Digest]bool{}
+	for _, id := range ids {
+		v, ok := l.volume(ctx, id)
+		if !ok {
+			continue
+		}
+		if v.Mode == rig.RootShared {
+			if images[v.Image] {
+				continue
+			}
+			images[v.Image] = true
+		}
+		n += v.Stats.ReadBytes
+	}
+	return n
 }
 
 // opsOf is what l does to container id, for the rig's container.
@@ -211,9 +236,15 @@ func (l *ctrLauncher) VolumeStats(ctx context.Context, id string) (api.VolumeSta
 	return api.VolumeStats{}, false
 }
 
-// slackerLauncher does what `slacker run` does (a clone of the image's snapshot,
-// mounted; a runc bundle from the image's config; runc run) in a runc root of its
-// own, with the container's cgroup under ours when asked.
+func (l *ctrLauncher) volume(ctx context.Context, id string) (api.Volume, bool) {
+	return api.Volume{}, false
+}
+
+// slackerLauncher does what `slacker run` does (a root made from the image's
+// snapshot in the system's root mode, a block clone when it has none, mounted; a
+// runc bundle from the image's config; runc run) in a runc root of its own, with
+// the container's cgroup under ours when asked. Unlike `slacker run` it neither
+// replays nor records start-up traces.
 type slackerLauncher struct {
 	sys      *rig.Slacker
 	o        Options
@@ -223,7 +254,7 @@ type slackerLauncher struct {
 func (l *slackerLauncher) runcRoot() string { return filepath.Join(l.o.Dir, "runc") }
 
 func (l *slackerLauncher) command(ctx context.Context, id string) (*exec.Cmd, error) {
-	v, err := l.sys.Client().CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: l.snapshot, Mount: true})
+	v, err := l.sys.Client().CreateVolume(ctx, api.CreateVolumeRequest{ID: id, Snapshot: l.snapshot, Mount: true, Mode: l.sys.RootMode()})
 	if err != nil {
 		return nil, err
 	}
@@ -292,11 +323,13 @@ func (l *slackerLauncher) remove(ctx context.Context, id string) error {
 }
 
 func (l *slackerLauncher) VolumeStats(ctx context.Context, id string) (api.VolumeStats, bool) {
+	v, ok := l.volume(ctx, id)
+	return v.Stats, ok
+}
+
+func (l *slackerLauncher) volume(ctx context.Context, id string) (api.Volume, bool) {
 	v, err := l.sys.Client().Volume(ctx, id)
-	if err != nil {
-		return api.VolumeStats{}, false
-	}
-	return v.Stats, true
+	return v, err == nil
 }
 
 // ImageConfig converts an OCI config's runtime part for runc.Spec.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/api"
 )
@@ -37,6 +38,7 @@ type fakeLauncher struct {
 	called   time.Time
 	removed  []string
 	killedID string
+	volumes  map[string]api.Volume
 }
 
 func (f *fakeLauncher) command(ctx context.Context, id string) (*exec.Cmd, error) {
@@ -72,7 +74,39 @@ func (f *fakeLauncher) remove(ctx context.Context, id string) error {
 }
 
 func (f *fakeLauncher) VolumeStats(ctx context.Context, id string) (api.VolumeStats, bool) {
-	return api.VolumeStats{}, false
+	v, ok := f.volume(ctx, id)
+	return v.Stats, ok
+}
+
+func (f *fakeLauncher) volume(ctx context.Context, id string) (api.Volume, bool) {
+	v, ok := f.volumes[id]
+	return v, ok
+}
+
+// TestReadBytes: block clones count their own reads; shared roots report their
+// image root's, counted once per image however many containers stand on it;
+// containers without a volume count nothing.
+func TestReadBytes(t *testing.T) {
+	shared := func(img string, n int64) api.Volume {
+		return api.Volume{Mode: "shared", Image: digest.FromString(img), Stats: api.VolumeStats{ReadBytes: n}}
+	}
+	f := &fakeLauncher{volumes: map[string]api.Volume{
+		"b1": {Stats: api.VolumeStats{ReadBytes: 100}}, "b2": {Mode: "block", Stats: api.VolumeStats{ReadBytes: 20}},
+		"s1": shared("a", 1000), "s2": shared("a", 1000), "s3": shared("a", 1000), "t1": shared("b", 5000),
+	}}
+	for _, tt := range []struct {
+		ids  []string
+		want int64
+	}{
+		{[]string{"b1", "b2"}, 120},
+		{[]string{"s1", "s2", "s3"}, 1000},
+		{[]string{"s1", "s2", "t1", "b1", "gone"}, 6100},
+		{nil, 0},
+	} {
+		if got := ReadBytes(context.Background(), f, tt.ids); got != tt.want {
+			t.Errorf("%q: %d, want %d", tt.ids, got, tt.want)
+		}
+	}
 }
 
 // TestStartWaitLineRemove: the start counts the launcher's preparation; a line on

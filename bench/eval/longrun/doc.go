@@ -2,7 +2,8 @@
 // longrun`, Slacker Fig 21): four servers (PostgreSQL, Redis, nginx, and a node
 // server) each pulled on a cold node, started and loaded by its benchmark client
 // (pgbench, redis-benchmark, wrk) until a fixed time after the pull began, on
-// containerd + overlayfs and on Slacker. It reports the throughput over the whole
+// containerd + overlayfs and on Slacker, in its default mode ("slacker": shared
+// roots) and, unless left out, in block mode ("slacker-block"). It reports the throughput over the whole
 // window, start-up included (the paper's ratio), the throughput once loaded, and the
 // time from the start of the pull to the first request served.
 //

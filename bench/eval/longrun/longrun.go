@@ -29,9 +29,12 @@ type Options struct {
 	StartTimeout time.Duration
 	Runs         int
 	Seed         uint64
-	Binaries     rig.Binaries
-	DaemonArgs   []string
-	Progress     *rig.Progress
+	// Block measures slacker-block (slackerd --container-root block) too, beside
+	// slacker (its default mode, shared roots) and overlayfs.
+	Block      bool
+	Binaries   rig.Binaries
+	DaemonArgs []string
+	Progress   *rig.Progress
 }
 
 // Sample is one experiment.
@@ -63,7 +66,11 @@ type Results struct {
 	Runs         int               `json:"runs"`
 	Ops          map[string]string `json:"ops"` // workload -> what an op is
 	SlackerdArgs []string          `json:"slackerd_args,omitempty"`
-	Samples      []Sample          `json:"samples"`
+	// RootModes are the Slacker systems' container root modes, by name (none in
+	// results from before the modes were measured, whose "slacker" launched block
+	// clones).
+	RootModes map[string]string `json:"root_modes,omitempty"`
+	Samples   []Sample          `json:"samples"`
 }
 
 // Run runs the experiments.
@@ -99,11 +106,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return nil, err
 	}
 	res := &Results{Meta: eval.NewMeta("longrun"), Duration: o.Duration.Seconds(), Runs: o.Runs, Ops: map[string]string{}, SlackerdArgs: o.DaemonArgs}
-	pair, err := eval.StartPair(ctx, eval.PairOptions{Dir: o.Dir, Binaries: o.Binaries, DaemonArgs: o.DaemonArgs})
+	pair, err := eval.StartPair(ctx, eval.PairOptions{Dir: o.Dir, Binaries: o.Binaries, DaemonArgs: o.DaemonArgs,
+		Modes: eval.SlackerModes(o.Block)})
 	if err != nil {
 		return nil, err
 	}
 	defer pair.Close()
+	res.RootModes = pair.RootModes()
 	type server struct {
 		b   Bench
 		w   *workload.Workload
@@ -144,7 +153,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 				if smp.Error != "" {
 					res.Meta.Fail("%s %s run %d: %s", s.Name(), sv.w.Name, run, smp.Error)
 				}
-				o.Progress.Printf("run %d %-9s %-8s pull %.2fs, first request %.2fs, %d %s in %.0fs: %.0f/s over the window, %.0f/s loaded %s",
+				o.Progress.Printf("run %d %-13s %-8s pull %.2fs, first request %.2fs, %d %s in %.0fs: %.0f/s over the window, %.0f/s loaded %s",
 					run, s.Name(), sv.w.Name, smp.Pull, smp.FirstRequest, smp.Ops, sv.b.Op, smp.Window, smp.Throughput(), smp.Loaded(), smp.Error)
 				res.Samples = append(res.Samples, smp)
 			}

@@ -88,3 +88,32 @@ func TestSection(t *testing.T) {
 		t.Fatalf("headlines %v", sec.Headlines)
 	}
 }
+
+// TestSectionModes: slacker-block gets its own throughput, ratio and first-request
+// columns beside slacker's, its series in both figures, and its headlines.
+func TestSectionModes(t *testing.T) {
+	r := &Results{Meta: eval.NewMeta("longrun"), Duration: 60, Runs: 1, Ops: map[string]string{"postgres": "transactions"},
+		RootModes: map[string]string{"slacker": "shared", "slacker-block": "block"}}
+	r.Samples = []Sample{
+		{System: "slacker-block", Workload: "postgres", FirstRequest: 2, Window: 60, Ops: 48000, LoadSeconds: 50},
+		{System: "overlayfs", Workload: "postgres", FirstRequest: 8, Window: 60, Ops: 60000, LoadSeconds: 50},
+		{System: "slacker", Workload: "postgres", FirstRequest: 1, Window: 60, Ops: 66000, LoadSeconds: 55},
+	}
+	sec := r.Section()
+	tbl := sec.Tables[0]
+	want := "server,op,overlayfs ops/s (window),slacker ops/s (window),ratio,ratio while loaded,slacker-block ops/s (window),ratio,ratio while loaded," +
+		"first request: overlayfs,slacker,sooner,slacker-block,sooner"
+	if strings.Join(tbl.Header, ",") != want {
+		t.Fatalf("header %q", tbl.Header)
+	}
+	if got := strings.Join(tbl.Rows[0], ","); got != "postgres,transactions,1000,1100,1.1x,1x,800,0.8x,0.8x,8,1,8x,2,4x" {
+		t.Fatalf("row %s", got)
+	}
+	if len(sec.Headlines) != 2 || sec.Headlines[1].Name != "postgres throughput, start-up included, Slacker block mode / overlayfs" ||
+		sec.Headlines[1].Value != "0.8x (first request 4x sooner)" {
+		t.Fatalf("headlines %v", sec.Headlines)
+	}
+	if !strings.Contains(sec.Figures[0].SVG, "slacker-block, while loaded") || !strings.Contains(sec.Figures[1].SVG, "slacker-block") {
+		t.Fatal("a figure lacks slacker-block")
+	}
+}

@@ -1,5 +1,8 @@
 // Package micro is the evaluation's micro-benchmarks (`slacker-bench eval micro`),
-// Slacker vs containerd + overlayfs in one run, from a cold node:
+// Slacker vs containerd + overlayfs in one run, from a cold node, Slacker in its
+// default mode ("slacker": shared roots, whose first write to an image file copies
+// the whole file up) and, unless left out, in block mode ("slacker-block": block
+// clones, 4 KiB copy-on-write whatever the file's size):
 //
 //   - open latency by layer depth (Slacker Fig 11a): an image of 16 layers of 1,000
 //     empty files each, all in one directory; with the page cache dropped before

@@ -15,7 +15,7 @@ import (
 
 // Options configure a run.
 type Options struct {
-	Dir       string // work directory (the two systems' state); emptied first
+	Dir       string // work directory (the systems' state); emptied first
 	ImagesDir string // OCI layout of the evaluation's images
 	Binaries  rig.Binaries
 	// Layers of FilesPerLayer empty files; OpensPerLayer opened per layer and run.
@@ -31,7 +31,10 @@ type Options struct {
 	CorpusDir, Workloads string
 	Only                 []string
 	// RerunRuns repeats the rerun part (default Runs).
-	RerunRuns  int
+	RerunRuns int
+	// Block measures slacker-block (slackerd --container-root block) too, beside
+	// slacker (its default mode, shared roots) and overlayfs, in every part.
+	Block      bool
 	DaemonArgs []string
 	Progress   *rig.Progress
 }
@@ -66,11 +69,15 @@ type Config struct {
 
 // Results is what a run measured (micro.json).
 type Results struct {
-	Meta   *eval.Meta     `json:"meta"`
-	Config Config         `json:"config"`
-	Open   []OpenSample   `json:"open,omitempty"`
-	Append []AppendSample `json:"append,omitempty"`
-	Rerun  []RerunSample  `json:"rerun,omitempty"`
+	Meta   *eval.Meta `json:"meta"`
+	Config Config     `json:"config"`
+	// RootModes are the Slacker systems' container root modes, by name (none in
+	// results from before the modes were measured, whose "slacker" made block
+	// clones).
+	RootModes map[string]string `json:"root_modes,omitempty"`
+	Open      []OpenSample      `json:"open,omitempty"`
+	Append    []AppendSample    `json:"append,omitempty"`
+	Rerun     []RerunSample     `json:"rerun,omitempty"`
 }
 
 // RerunSample is a workload started twice on one node.
@@ -152,11 +159,13 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		}
 		images = append(images, img)
 	}
-	pair, err := eval.StartPair(ctx, eval.PairOptions{Dir: o.Dir, Binaries: o.Binaries, DaemonArgs: o.DaemonArgs})
+	pair, err := eval.StartPair(ctx, eval.PairOptions{Dir: o.Dir, Binaries: o.Binaries, DaemonArgs: o.DaemonArgs,
+		Modes: eval.SlackerModes(o.Block)})
 	if err != nil {
 		return nil, err
 	}
 	defer pair.Close()
+	res.RootModes = pair.RootModes()
 	for _, img := range images {
 		o.Progress.Printf("publishing %s (%s)", img.Name, eval.HumanBytes(img.DataBytes))
 		if err := pair.Publish(ctx, img); err != nil {
@@ -234,7 +243,7 @@ func opens(ctx context.Context, o Options, s rig.System, ref string, run int, rn
 		sum += took
 		out = append(out, OpenSample{System: s.Name(), Depth: o.Layers - p.layer, Run: run, Seconds: took.Seconds()})
 	}
-	o.Progress.Printf("run %d %-9s %d opens, mean %s", run, s.Name(), len(out), (sum / time.Duration(max(len(out), 1))).Round(time.Microsecond))
+	o.Progress.Printf("run %d %-13s %d opens, mean %s", run, s.Name(), len(out), (sum / time.Duration(max(len(out), 1))).Round(time.Microsecond))
 	return out, nil
 }
 
@@ -279,7 +288,7 @@ func appends(ctx context.Context, o Options, s rig.System, ref string, run int, 
 			return out, fmt.Errorf("append to %s: %w", path, err)
 		}
 		out = append(out, AppendSample{System: s.Name(), Size: size, Run: run, Seconds: write.Seconds(), FsyncSeconds: synced.Seconds()})
-		o.Progress.Printf("run %d %-9s 1-byte append to %8s: %9s, with fsync %9s", run, s.Name(), eval.HumanBytes(size),
+		o.Progress.Printf("run %d %-13s 1-byte append to %8s: %9s, with fsync %9s", run, s.Name(), eval.HumanBytes(size),
 			write.Round(time.Microsecond), synced.Round(time.Microsecond))
 	}
 	return out, nil

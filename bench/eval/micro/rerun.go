@@ -61,7 +61,7 @@ func (r *Results) reruns(ctx context.Context, o Options, pair *eval.Pair, rng *r
 					smp.Error = err.Error()
 					r.Meta.Fail("%s %s run %d: %v", s.Name(), w.Name, run, err)
 				}
-				o.Progress.Printf("run %d %-9s %-16s first %.2fs, second %.2fs %s", run, s.Name(), w.Name, smp.First, smp.Second, smp.Error)
+				o.Progress.Printf("run %d %-13s %-16s first %.2fs, second %.2fs %s", run, s.Name(), w.Name, smp.First, smp.Second, smp.Error)
 				r.Rerun = append(r.Rerun, smp)
 			}
 		}

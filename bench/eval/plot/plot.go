@@ -10,10 +10,11 @@ import (
 // Palette colours series in order; Baseline and Slacker are the first two.
 var Palette = []string{"#d95f02", "#1b9e77", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666", "#1f78b4", "#b15928"}
 
-// Colours of the two systems compared everywhere.
+// Colours of the systems compared everywhere.
 const (
-	Baseline = "#d95f02" // containerd + overlayfs
-	Slacker  = "#1b9e77"
+	Baseline     = "#d95f02" // containerd + overlayfs
+	Slacker      = "#1b9e77" // Slacker's default mode (shared roots)
+	SlackerBlock = "#386cb0" // Slacker's block mode (block clones)
 )
 
 const font = `font-family="DejaVu Sans, Helvetica, Arial, sans-serif"`

@@ -61,8 +61,11 @@ func (r *Results) Section() eval.Section {
 		}
 		bars.Series = append(bars.Series, s)
 	}
-	sec.Figures = append(sec.Figures, eval.Figure{File: "storage-iops.svg", Title: "IOPS by storage stack (paper Fig 2a, 2c)", SVG: bars.SVG(),
-		Caption: "Each stack holds the same 32 files; cold is the first run after the page cache was dropped (and, for the two container systems, on a fresh node with nothing fetched), warm the run right after."})
+	caption := "Each stack holds the same 32 files; cold is the first run after the page cache was dropped (and, for the two container systems, on a fresh node with nothing fetched), warm the run right after."
+	if slices.Contains(ts, "slacker-block") {
+		caption = fmt.Sprintf("Each stack holds the same %d files; cold is the first run after the page cache was dropped (and, for the container systems, on a fresh node with nothing fetched), warm the run right after.", c.Jobs)
+	}
+	sec.Figures = append(sec.Figures, eval.Figure{File: "storage-iops.svg", Title: "IOPS by storage stack (paper Fig 2a, 2c)", SVG: bars.SVG(), Caption: caption})
 	if len(c.SweepBS) > 0 {
 		lc := &plot.LineChart{Title: fmt.Sprintf("random-read bandwidth by block size, warm (%d jobs x QD%d)", c.Jobs, c.Depth),
 			X: plot.Axis{Label: "block size", Log: true, Format: plot.Bytes}, Y: plot.Axis{Label: "bandwidth (bytes/s)", Log: true, Format: plot.Bytes}}
@@ -116,8 +119,9 @@ func (r *Results) Section() eval.Section {
 		}
 		sec.Tables = append(sec.Tables, sw)
 	}
+	r.readStates(&sec)
 	for _, t := range tests {
-		for _, tg := range []string{"ext4", "overlayfs", "slacker", "slacker-cache"} {
+		for _, tg := range []string{"ext4", "overlayfs", "slacker", "slacker-block", "slacker-cache"} {
 			if !slices.Contains(ts, tg) {
 				continue
 			}
@@ -134,12 +138,90 @@ func (r *Results) Section() eval.Section {
 	return sec
 }
 
+// readStates renders the random reads of the Slacker roots by where the data is
+// (PhaseNode, PhaseStore), against overlayfs's warm random reads, when the
+// results have them.
+func (r *Results) readStates(sec *eval.Section) {
+	var sys []string
+	for _, tg := range r.targets() {
+		if r.Summary(tg, "randread", 4096, PhaseNode, iops).N > 0 || r.Summary(tg, "randread", 4096, PhaseStore, iops).N > 0 {
+			sys = append(sys, tg)
+		}
+	}
+	if len(sys) == 0 {
+		return
+	}
+	c := r.Config
+	ov := r.Summary("overlayfs", "randread", 4096, "warm", iops).Median
+	data := float64(c.Jobs) * float64(c.FileSize)
+	states := []struct{ phase, label string }{
+		{PhaseNode, "data on the node"},
+		{PhaseStore, "chunks in the local store, not in the cache"},
+	}
+	bars := &plot.BarChart{Title: fmt.Sprintf("fio 4 KiB random-read IOPS on Slacker's roots by where the data is, %d jobs x QD%d (median of %d)", c.Jobs, c.Depth, c.Runs),
+		Categories: append([]string{"overlayfs (warm)"}, sys...), Y: plot.Axis{Label: "IOPS", Log: true}}
+	for i, st := range states {
+		s := plot.Series{Name: st.label, Color: plot.Palette[(i+2)%len(plot.Palette)], Y: []float64{math.NaN()}}
+		if i == 0 {
+			s.Y[0] = ov
+		}
+		for _, tg := range sys {
+			s.Y = append(s.Y, r.Summary(tg, "randread", 4096, st.phase, iops).Median)
+		}
+		bars.Series = append(bars.Series, s)
+	}
+	sec.Figures = append(sec.Figures, eval.Figure{File: "storage-read-states.svg", Title: "Random reads on Slacker's roots: data on the node, chunks only in the store", SVG: bars.SVG(),
+		Caption: "On the same root as the cold and warm runs: every file read whole through the root first (data on the node), then slackerd's cache purged (chunks in the local store, not in the cache); the page cache dropped before each. overlayfs's warm random reads for reference."})
+	tbl := eval.Table{Title: "Random reads on Slacker's roots by where the data is: 4 KiB IOPS (median), completion latency p50 / p99",
+		Header: []string{"stack", "data on the node: IOPS", "p50 / p99", "slackerd's cache", "chunks in the local store, not in the cache: IOPS", "p50 / p99",
+			"on the node / overlayfs warm", "in the store / overlayfs warm"}}
+	for _, tg := range sys {
+		row := []string{tg}
+		var med [2]float64
+		for i, st := range states {
+			s := r.Summary(tg, "randread", 4096, st.phase, iops)
+			med[i] = s.Median
+			cell := fmtIOPS(s.Median)
+			if s.Noisy() {
+				cell += " (noisy)"
+			}
+			row = append(row, cell, fmt.Sprintf("%s / %s", us(r.Summary(tg, "randread", 4096, st.phase, p50).Median), us(r.Summary(tg, "randread", 4096, st.phase, p99).Median)))
+			if st.phase == PhaseNode {
+				held := r.Summary(tg, "randread", 4096, st.phase, func(s Sample) float64 { return float64(s.CachedBytes) }).Median
+				row = append(row, fmt.Sprintf("%s of %s", byts(held), byts(data)))
+			}
+		}
+		row = append(row, times(stat.Ratio(med[0], ov)), times(stat.Ratio(med[1], ov)))
+		tbl.Rows = append(tbl.Rows, row)
+		for i, st := range states {
+			sec.Headlines = append(sec.Headlines, eval.Headline{Name: fmt.Sprintf("fio random read IOPS, %s, %s", st.label, tg),
+				Value: fmt.Sprintf("%s (%s overlayfs's warm %s)", fmtIOPS(med[i]), times(stat.Ratio(med[i], ov)), fmtIOPS(ov))})
+		}
+	}
+	tbl.Note = "The same root as the cold and warm runs. Data on the node: every file was read whole through the root (each chunk fetched and verified), then the page cache dropped, so the run is served from what slackerd's cache kept of the files " +
+		"(the column: its memory and disk tiers when the run began; each sample keeps the cache's statistics before and after the run). " +
+		"Chunks in the local store, not in the cache: slackerd's cache purged through its API (both tiers, and all it kept of the chunks) and the page cache dropped. Ratios are against overlayfs's warm random reads (its files on the node's disk)."
+	sec.Tables = append(sec.Tables, tbl)
+}
+
+func byts(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return plot.Bytes(v)
+}
+
+func times(v float64) string {
+	if math.IsNaN(v) {
+		return "-"
+	}
+	return plot.Times(v)
+}
+
 func targetColor(t string, i int) string {
 	switch t {
-	case "overlayfs":
-		return plot.Baseline
-	case "slacker":
-		return plot.Slacker
+	case "overlayfs", "slacker", "slacker-block":
+		return eval.Color(t)
 	case "slacker-cache":
 		return "#66c2a5"
 	}

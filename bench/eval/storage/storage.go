@@ -4,21 +4,24 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
 	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/eval"
 	"github.com/slacker-dev/slacker/bench/rig"
+	"github.com/slacker-dev/slacker/internal/api"
 )
 
 // Options configure a run.
 type Options struct {
-	// Dir holds the loop files, mounts and the two systems' state; emptied first.
+	// Dir holds the loop files, mounts and the container systems' state; emptied first.
 	Dir string
 	// ImagesDir is the evaluation's OCI layout (the image holding the files).
 	ImagesDir string
@@ -44,7 +47,7 @@ type Options struct {
 }
 
 // AllTargets are the storage stacks measured, in report order.
-var AllTargets = []string{"ext4", "ext4-loop", "xfs-loop", "btrfs-loop", "btrfs-nodatacow", "overlayfs", "slacker", "slacker-cache"}
+var AllTargets = []string{"ext4", "ext4-loop", "xfs-loop", "btrfs-loop", "btrfs-nodatacow", "overlayfs", "slacker", "slacker-block", "slacker-cache"}
 
 var targetDesc = map[string]string{
 	"ext4":            "plain ext4: a directory of the host's filesystem (the data-volume case)",
@@ -53,9 +56,23 @@ var targetDesc = map[string]string{
 	"btrfs-loop":      "btrfs on a loop device (direct I/O), copy-on-write",
 	"btrfs-nodatacow": "btrfs mounted with nodatacow",
 	"overlayfs":       "containerd's overlayfs snapshot of the image (files in the lower layer)",
-	"slacker":         "Slacker's container root: ext4 on loop on FUSE on slackerd, cloned from the image",
-	"slacker-cache":   "the same with slackerd's memory cache sized to hold all the files (--cache-memory)",
+	"slacker":         "Slacker's container root in its default mode: an overlay over the node's read-only mount of the image (ext4 on loop on FUSE on slackerd), its upper layer on node-local disk",
+	"slacker-block":   "Slacker's container root in block mode: ext4 on loop on FUSE on slackerd, a block clone of the image",
+	"slacker-cache":   "slacker with slackerd's memory cache sized to hold all the files (--cache-memory)",
 }
+
+// The phases of the random reads on a Slacker root, after its cold and warm runs
+// on the same root: where the data is when the run begins.
+const (
+	// PhaseNode: the data is on the node. Every test file was read whole through
+	// the root (the page cache dropped after), so slackerd's cache holds what it
+	// keeps of the files (Sample.CachedBytes).
+	PhaseNode = "node"
+	// PhaseStore: the chunks are in the local store but not in the cache.
+	// slackerd's cache was purged (memory and disk tiers) and the page cache
+	// dropped.
+	PhaseStore = "store"
+)
 
 // Sample is one fio run.
 type Sample struct {
@@ -63,13 +80,20 @@ type Sample struct {
 	RW     string `json:"rw"`
 	BS     int64  `json:"bs"`
 	// Phase is "cold" (first run after the target was made cold: page cache dropped,
-	// and for the two container systems a fresh node) or "warm" (right after).
+	// and for the container systems a fresh node), "warm" (right after), or for the
+	// random reads on a Slacker root PhaseNode or PhaseStore.
 	Phase string `json:"phase"`
 	Run   int    `json:"run"`
 	Result
 	// WallS is fio's whole wall-clock time, set-up included (overlayfs copies every
 	// file up when fio opens it for writing).
 	WallS float64 `json:"wall_s"`
+	// CachedBytes, in the phases PhaseNode and PhaseStore, is what slackerd's cache
+	// held (memory and disk tiers) when the run began; Cache its statistics when
+	// the run began and when it ended (the counters' differences say how the run's
+	// reads were served).
+	CachedBytes int64            `json:"cached_bytes,omitempty"`
+	Cache       []api.CacheStats `json:"cache,omitempty"`
 }
 
 // Config is the run's fio configuration.
@@ -171,24 +195,49 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	}()
 	for _, n := range names {
 		switch n {
-		case "overlayfs", "slacker", "slacker-cache":
+		case "overlayfs", "slacker", "slacker-block", "slacker-cache":
 			if pair == nil {
-				if pair, err = eval.StartPair(ctx, eval.PairOptions{Dir: filepath.Join(o.Dir, "sys"), Binaries: o.Binaries, DaemonArgs: o.DaemonArgs}); err != nil {
+				var modes []string
+				if slices.Contains(names, "slacker") {
+					modes = append(modes, rig.RootShared)
+				}
+				if slices.Contains(names, "slacker-block") {
+					modes = append(modes, rig.RootBlock)
+				}
+				if pair, err = eval.StartPair(ctx, eval.PairOptions{Dir: filepath.Join(o.Dir, "sys"), Binaries: o.Binaries, DaemonArgs: o.DaemonArgs,
+					Modes: modes}); err != nil {
 					return nil, err
 				}
-				o.Progress.Printf("publishing %s to both systems", img.Name)
-				if err := pair.Publish(ctx, img); err != nil {
-					return nil, err
+				// Published to the systems measured (slacker-cache publishes its own).
+				var publish []rig.System
+				for _, s := range pair.Systems() {
+					if slices.Contains(names, s.Name()) {
+						publish = append(publish, s)
+					}
+				}
+				if len(publish) > 0 {
+					o.Progress.Printf("publishing %s to %d systems", img.Name, len(publish))
+					if err := pair.Publish(ctx, img, publish...); err != nil {
+						return nil, err
+					}
 				}
 			}
-			s := rig.System(pair.Slacker)
-			ref := pair.Ref(s, img.Name)
+			var s rig.System
 			switch n {
 			case "overlayfs":
-				s, ref = pair.Overlay, pair.Ref(pair.Overlay, img.Name)
-			case "slacker-cache":
+				s = pair.Overlay
+			case "slacker":
+				s = pair.Slacker
+			case "slacker-block":
+				s = pair.Block
+			}
+			ref := ""
+			if s != nil {
+				ref = pair.Ref(s, img.Name)
+			}
+			if n == "slacker-cache" {
 				mem := fmt.Sprintf("--cache-memory=%d", 2*int64(o.Jobs)*o.FileSize)
-				big, err := rig.NewSlacker(rig.SlackerOptions{Dir: filepath.Join(o.Dir, "sys", "slacker-cache"),
+				big, err := rig.NewSlacker(rig.SlackerOptions{Dir: filepath.Join(o.Dir, "sys", "slacker-cache"), RootMode: rig.RootShared,
 					Slacker: o.Binaries.Slacker, Slackerd: o.Binaries.Slackerd, DaemonArgs: append(append([]string(nil), o.DaemonArgs...), mem)})
 				if err != nil {
 					return nil, err
@@ -229,7 +278,9 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 }
 
 // measure runs one target's tests: random reads cold, warm and the block-size sweep
-// on one cold instance, then random writes cold and warm on a fresh one.
+// on one cold instance (on a Slacker root then again with the data on the node and
+// with the chunks only in the store: PhaseNode, PhaseStore), then random writes
+// cold and warm on a fresh one.
 func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []string, run int) []Sample {
 	var out []Sample
 	job := func(root, rw string, bs int64, runtime int) JobSpec {
@@ -258,6 +309,26 @@ func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []
 			if rw == "randread" {
 				for _, bs := range o.SweepBS {
 					do(job(root, rw, bs, o.SweepRuntime), "warm")
+				}
+				if st, ok := t.(*sysTarget); ok && st.slacker() != nil {
+					for _, phase := range []string{PhaseNode, PhaseStore} {
+						before, err := st.prepare(ctx, phase, root, files)
+						if err != nil {
+							meta.Fail("%s %s run %d: %v", t.name(), phase, run, err)
+							o.Progress.Printf("FAILED %s %s: %v", t.name(), phase, err)
+							break
+						}
+						held := before.MemBytes + before.DiskBytes
+						o.Progress.Printf("run %d %-16s %s: slackerd's cache holds %s", run, t.name(), phase, corpus.HumanBytes(held))
+						if !do(job(root, rw, 4096, o.Runtime), phase) {
+							continue
+						}
+						smp := &out[len(out)-1]
+						smp.CachedBytes, smp.Cache = held, []api.CacheStats{before}
+						if after, err := st.slacker().Client().Stats(ctx); err == nil {
+							smp.Cache = append(smp.Cache, after.Cache)
+						}
+					}
 				}
 			}
 		}
@@ -349,6 +420,56 @@ type sysTarget struct {
 }
 
 func (t *sysTarget) name() string { return t.label }
+
+// slacker is the target's Slacker system (nil for containerd).
+func (t *sysTarget) slacker() *rig.Slacker {
+	s, _ := t.sys.(*rig.Slacker)
+	return s
+}
+
+// prepare puts the open Slacker root's data where phase says: PhaseNode reads
+// every file whole through the root at root, so that slackerd's cache keeps what
+// it can of them; PhaseStore purges slackerd's cache, memory and disk tiers. Both
+// drop the page cache after. It returns slackerd's cache statistics then.
+func (t *sysTarget) prepare(ctx context.Context, phase, root string, files []string) (api.CacheStats, error) {
+	c := t.slacker().Client()
+	switch phase {
+	case PhaseNode:
+		for _, f := range files {
+			if err := readAll(filepath.Join(root, f)); err != nil {
+				return api.CacheStats{}, fmt.Errorf("read the data onto the node: %w", err)
+			}
+		}
+	case PhaseStore:
+		if err := c.DropCaches(ctx, true); err != nil {
+			return api.CacheStats{}, fmt.Errorf("purge slackerd's cache: %w", err)
+		}
+	default:
+		return api.CacheStats{}, fmt.Errorf("unknown phase %q", phase)
+	}
+	if err := rig.DropCaches(); err != nil {
+		return api.CacheStats{}, err
+	}
+	st, err := c.Stats(ctx)
+	return st.Cache, err
+}
+
+// readAll reads the file at path to its end, 1 MiB at a time.
+func readAll(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	buf := make([]byte, 1<<20)
+	for {
+		if _, err := f.Read(buf); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return err
+		}
+	}
+}
 
 func (t *sysTarget) open(ctx context.Context) (string, error) {
 	if err := t.sys.Cold(ctx); err != nil {

@@ -326,9 +326,20 @@ func (h *harness) makeSystems(specs []SystemSpec) error {
 		detail := ""
 		switch sp.Kind {
 		case "slacker":
-			s, err = rig.NewSlacker(rig.SlackerOptions{Dir: filepath.Join(h.o.Dir, "slacker"), Slacker: h.o.Slacker,
+			// slacker-block has a node of its own and, when the store is a directory on
+			// the node, a store of its own (Dir/slacker-block/store); a store behind
+			// the link is the run's, shared.
+			dir := filepath.Join(h.o.Dir, sp.Name)
+			s, err = rig.NewSlacker(rig.SlackerOptions{Dir: dir, Slacker: h.o.Slacker, RootMode: sp.RootMode,
 				Slackerd: h.o.Slackerd, DaemonArgs: h.o.SlackerdArgs, Store: h.o.Store})
-			detail = "slackerd + slacker CLI (pull, run), store " + h.res.Profile.Store
+			store := h.res.Profile.Store
+			if h.o.Store == "" {
+				store = filepath.Join(dir, "store")
+			}
+			detail = "slackerd + slacker CLI (pull, run), store " + store
+			if sp.RootMode != "" {
+				detail = "slackerd --container-root " + sp.RootMode + " + slacker CLI (pull, run --root-mode " + sp.RootMode + "), store " + store
+			}
 			if len(h.o.SlackerdArgs) > 0 {
 				detail += ", slackerd " + strings.Join(h.o.SlackerdArgs, " ")
 			}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -17,7 +18,7 @@ type Options struct {
 	// Quick selects QuickWorkloads (those the file has) instead of all.
 	Quick bool
 	// Systems are system specs (see ParseSystem): "overlayfs", "slacker",
-	// "NAME=SOCKET" for a containerd snapshotter already running.
+	// "slacker-block", "NAME=SOCKET" for a containerd snapshotter already running.
 	Systems []string
 	// Profile is "loopback" or a link rate such as "1gbit", "100mbit"; RTT is the
 	// link's round trip (default 1 ms).
@@ -60,21 +61,26 @@ type SystemSpec struct {
 	Name string
 	// Kind is "slacker" or "containerd".
 	Kind string
+	// RootMode is a Slacker system's container root mode (rig.SlackerOptions):
+	// "block" for slacker-block, empty for slacker (slackerd's default, shared).
+	RootMode string
 	// Snapshotter and Socket are containerd's (Socket empty for built-in ones).
 	Snapshotter, Socket string
 }
 
 var snapshotterName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 
-// ParseSystem parses a --systems entry: "slacker"; "overlayfs" (containerd with its
-// overlayfs snapshotter); "native" (containerd's native snapshotter); or
-// "NAME=SOCKET", a snapshotter that is already running, plugged into containerd
-// through its gRPC socket (e.g. stargz=/run/containerd-stargz-grpc/containerd-stargz-grpc.sock).
+// ParseSystem parses a --systems entry: "slacker" (slackerd and the slacker CLI,
+// its default container roots); "slacker-block" (the same with slackerd
+// --container-root block: block clones); "overlayfs" (containerd with its overlayfs
+// snapshotter); "native" (containerd's native snapshotter); or "NAME=SOCKET", a
+// snapshotter that is already running, plugged into containerd through its gRPC
+// socket (e.g. stargz=/run/containerd-stargz-grpc/containerd-stargz-grpc.sock).
 func ParseSystem(s string) (SystemSpec, error) {
 	s = strings.TrimSpace(s)
 	if name, sock, ok := strings.Cut(s, "="); ok {
-		if !snapshotterName.MatchString(name) || name == "slacker" || name == "overlayfs" || name == "native" {
-			return SystemSpec{}, fmt.Errorf("system %q: %q is not a usable snapshotter name (lower case letters, digits, - and _; not slacker, overlayfs or native, which are built in)", s, name)
+		if !snapshotterName.MatchString(name) || slices.Contains(builtinSystems, name) {
+			return SystemSpec{}, fmt.Errorf("system %q: %q is not a usable snapshotter name (lower case letters, digits, - and _; not %s, which are built in)", s, name, strings.Join(builtinSystems, ", "))
 		}
 		if !strings.HasPrefix(sock, "/") {
 			return SystemSpec{}, fmt.Errorf("system %q: want NAME=/path/to/snapshotter.sock", s)
@@ -84,11 +90,16 @@ func ParseSystem(s string) (SystemSpec, error) {
 	switch s {
 	case "slacker":
 		return SystemSpec{Name: "slacker", Kind: "slacker"}, nil
+	case "slacker-block":
+		return SystemSpec{Name: "slacker-block", Kind: "slacker", RootMode: "block"}, nil
 	case "overlayfs", "native":
 		return SystemSpec{Name: s, Kind: "containerd", Snapshotter: s}, nil
 	}
-	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
+	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, slacker-block, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
 }
+
+// builtinSystems are the names ParseSystem knows; a proxy snapshotter cannot take one.
+var builtinSystems = []string{"slacker", "slacker-block", "overlayfs", "native"}
 
 var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(k|m|g)bit$`)
 

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 func TestParseSystem(t *testing.T) {
@@ -18,6 +20,7 @@ func TestParseSystem(t *testing.T) {
 	}{
 		{in: "slacker", want: SystemSpec{Name: "slacker", Kind: "slacker"}},
 		{in: " slacker ", want: SystemSpec{Name: "slacker", Kind: "slacker"}},
+		{in: "slacker-block", want: SystemSpec{Name: "slacker-block", Kind: "slacker", RootMode: "block"}},
 		{in: "overlayfs", want: SystemSpec{Name: "overlayfs", Kind: "containerd", Snapshotter: "overlayfs"}},
 		{in: "native", want: SystemSpec{Name: "native", Kind: "containerd", Snapshotter: "native"}},
 		{in: "stargz=/run/containerd-stargz-grpc/containerd-stargz-grpc.sock",
@@ -39,6 +42,7 @@ func TestParseSystem(t *testing.T) {
 		{in: "../x=/run/x.sock", err: "not a usable snapshotter name"},
 		// Built-in names cannot be taken by a proxy snapshotter.
 		{in: "slacker=/run/x.sock", err: "not a usable snapshotter name"},
+		{in: "slacker-block=/run/x.sock", err: "not a usable snapshotter name"},
 		{in: "overlayfs=/run/x.sock", err: "not a usable snapshotter name"},
 		{in: "native=/run/x.sock", err: "not a usable snapshotter name"},
 	}
@@ -63,6 +67,7 @@ func TestParseSystems(t *testing.T) {
 	}{
 		{in: []string{"overlayfs", "slacker"}, names: []string{"overlayfs", "slacker"}},
 		{in: []string{"slacker", "overlayfs", "stargz=/s.sock"}, names: []string{"slacker", "overlayfs", "stargz"}},
+		{in: []string{"overlayfs", "slacker", "slacker-block"}, names: []string{"overlayfs", "slacker", "slacker-block"}},
 		{in: nil, err: "no systems given"},
 		{in: []string{"slacker", "slacker"}, err: `system "slacker" given twice`},
 		{in: []string{"a=/x.sock", "a=/y.sock"}, err: `system "a" given twice`},
@@ -277,5 +282,52 @@ func TestPrepare(t *testing.T) {
 				tt.check(t, &o, p)
 			}
 		})
+	}
+}
+
+// TestMakeSlackerSystems: slacker and slacker-block are Slacker systems of their
+// own (named as given, each on a node and, with the store on the node, a store of
+// its own; a remote store is shared), and the results say how each was run.
+func TestMakeSlackerSystems(t *testing.T) {
+	bin := t.TempDir()
+	slacker, slackerd := filepath.Join(bin, "slacker"), filepath.Join(bin, "slackerd")
+	for _, b := range []string{slacker, slackerd} {
+		if err := os.WriteFile(b, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	specs, err := parseSystems([]string{"slacker", "slacker-block"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, store := range []string{"", "s3://10.0.0.2:9000/slacker"} {
+		h := &harness{o: Options{Dir: "/w", Slacker: slacker, Slackerd: slackerd, Store: store}, res: &Results{}}
+		h.res.Profile.Store = store
+		if store == "" {
+			h.res.Profile.Store = "/w/slacker/store"
+		}
+		if err := h.makeSystems(specs); err != nil {
+			t.Fatal(err)
+		}
+		want := map[string]struct{ mode, store string }{
+			"slacker":       {"", "/w/slacker/store"},
+			"slacker-block": {"block", "/w/slacker-block/store"},
+		}
+		for i, s := range h.systems {
+			sl, ok := s.(*rig.Slacker)
+			if !ok {
+				t.Fatalf("system %d is a %T", i, s)
+			}
+			w := want[s.Name()]
+			if store != "" {
+				w.store = store
+			}
+			if s.Name() != specs[i].Name || sl.RootMode() != w.mode || sl.Store() != w.store {
+				t.Errorf("store %q: system %d: %T %s, mode %q, store %s; want %+v", store, i, s, s.Name(), sl.RootMode(), sl.Store(), w)
+			}
+			if d := h.res.Systems[i].Detail; !strings.Contains(d, "store "+w.store) || strings.Contains(d, "--container-root") != (w.mode != "") {
+				t.Errorf("store %q: %s's detail %q", store, s.Name(), d)
+			}
+		}
 	}
 }
