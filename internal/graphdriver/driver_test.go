@@ -584,7 +584,9 @@ func testDriverSlackerLayers(t *testing.T, mode node.RootMode) {
 	b.Put(ctx, "ic")
 }
 
-func TestSnapshotsAreRoots(t *testing.T) {
+func TestSnapshotsAreRoots(t *testing.T) { modeTest(t, testSnapshotsAreRoots) }
+
+func testSnapshotsAreRoots(t *testing.T, mode node.RootMode) {
 	d := newDriver(t, false, "")
 	ctx := context.Background()
 	if err := d.Create(ctx, "l1", "", false, nil); err != nil {
@@ -593,7 +595,7 @@ func TestSnapshotsAreRoots(t *testing.T) {
 	if _, err := d.ApplyDiff(ctx, "l1", "", bytes.NewReader(baseLayer(t))); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Create(ctx, "c-init", "l1", true, nil); err != nil {
+	if err := d.Create(ctx, "c-init", "l1", true, opt(mode)); err != nil {
 		t.Fatal(err)
 	}
 	roots, err := Roots(d.o.Root)(ctx)
