@@ -21,6 +21,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/graphdriver"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/testenv"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -51,14 +52,14 @@ func keepRunDocker(t testing.TB) {
 	})
 }
 
-// startDockerNode starts slackerd with the graph-driver plugin on the given store and
-// a dockerd with it as storage driver. The plugin's name is unique to this test
-// process, so test processes running at once never share a socket (dockerd finds
-// plugin NAME at /run/docker/plugins/NAME.sock).
-func startDockerNode(t *testing.T, dir, store, name string, shared bool, registry string) *dockerNode {
+// startDockerNode starts slackerd with the graph-driver plugin on the given store,
+// making containers' roots in mode, and a dockerd with it as storage driver. The
+// plugin's name is unique to this test process, so test processes running at once
+// never share a socket (dockerd finds plugin NAME at /run/docker/plugins/NAME.sock).
+func startDockerNode(t *testing.T, dir, store, name string, shared bool, registry, mode string) *dockerNode {
 	t.Helper()
 	driver := fmt.Sprintf("slacker-e2e-%d-%s", os.Getpid(), name)
-	extra := []string{"--graphdriver-socket", filepath.Join(pluginDir, driver+".sock")}
+	extra := []string{"--graphdriver-socket", filepath.Join(pluginDir, driver+".sock"), "--container-root", mode}
 	if shared {
 		extra = append(extra, "--graphdriver-shared-store")
 	}
@@ -113,29 +114,45 @@ func sortedLines(s string) []string {
 	return ls
 }
 
-// TestDocker drives real dockerd 20.10s through the slacker graph driver: docker load
-// and run of an ordinary image, docker pull of an image pushed by slacker push
+// TestDocker drives real dockerd 20.10s through the slacker graph driver, once with
+// containers on shared image roots (the default) and once on block clones: docker
+// load and run of an ordinary image, docker pull of an image pushed by slacker push
 // (lazy), diff, commit (a Slacker layer with a shared store, an ordinary tar
-// without), push and pull between two nodes sharing a store, and a stock dockerd
-// (overlay2) that runs what a node without a shared store pushed and refuses a Slacker
-// layer with a message that says what to do.
+// without), push and pull between two nodes sharing a store, a container in the
+// other mode through --storage-opt root-mode, and a stock dockerd (overlay2) that
+// runs what a node without a shared store pushed and refuses a Slacker layer with a
+// message that says what to do.
 func TestDocker(t *testing.T) {
 	testutil.RequireTool(t, "dockerd", "docker", "docker-registry", "skopeo", "umoci", "runc")
 	layout := testenv.DebianOCI(t)
 	ctx := context.Background()
-	work := t.TempDir()
-	store := filepath.Join(work, "store")
 	keepRunDocker(t)
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(t.TempDir(), "registry")})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Stop() })
+	for _, mode := range []string{"shared", "block"} {
+		t.Run(mode, func(t *testing.T) {
+			if mode == "shared" {
+				testutil.RequireOverlay(t)
+			}
+			testDocker(t, layout, reg.Addr, mode)
+		})
+	}
+}
+
+func testDocker(t *testing.T, layout, registry, mode string) {
+	ctx := context.Background()
+	work := t.TempDir()
+	store := filepath.Join(work, "store")
+	other := map[string]string{"shared": "block", "block": "shared"}[mode]
 
 	// Node A: its store is shared, so commits make Slacker layers.
-	a := startDockerNode(t, work, store, "a", true, reg.Addr)
+	a := startDockerNode(t, work, store, "a-"+mode, true, registry, mode)
 	info := dockerOK(t, a.docker, "info", "--format", "{{.Driver}}|{{range .DriverStatus}}{{index . 0}}={{index . 1}};{{end}}")
-	if !strings.HasPrefix(info, a.driver+"|") || !strings.Contains(info, "Slacker Layers=on") {
+	if !strings.HasPrefix(info, a.driver+"|") || !strings.Contains(info, "Slacker Layers=on") ||
+		!strings.Contains(info, "Container Roots="+mode+":") {
 		t.Fatalf("docker info: %s", info)
 	}
 
@@ -157,9 +174,9 @@ func TestDocker(t *testing.T) {
 
 	// An image pushed by slacker push is pulled by docker in kilobytes.
 	cli(t, a.slackerd, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:slacker")
-	slk := reg.Addr + "/slacker/debian:bookworm"
+	slk := registry + "/slacker/debian:bookworm-" + mode
 	cli(t, a.slackerd, 0, "push", "debian:slacker", slk)
-	changed := reg.Addr + "/slacker/debian:changed"
+	changed := registry + "/slacker/debian:changed-" + mode
 
 	t.Run("pull, diff, commit and push a Slacker image", func(t *testing.T) {
 		dockerOK(t, a.docker, "pull", "-q", slk)
@@ -172,6 +189,9 @@ func TestDocker(t *testing.T) {
 		want := []string{"A /data", "A /data/f", "C /etc", "C /etc/motd", "D /etc/issue"}
 		if strings.Join(got, ",") != strings.Join(want, ",") {
 			t.Fatalf("docker diff: %q, want %q", got, want)
+		}
+		if got := dockerOK(t, a.docker, "inspect", "-f", "{{.GraphDriver.Data.RootMode}}", "c1"); strings.TrimSpace(got) != mode {
+			t.Fatalf("c1's root mode %q, want %q", got, mode)
 		}
 		dockerOK(t, a.docker, "commit", "c1", changed)
 		if !strings.Contains(a.slackerd.Log(), `"msg":"slacker-layer-made"`) {
@@ -193,8 +213,10 @@ func TestDocker(t *testing.T) {
 		dockerOK(t, a.docker, "rm", "c1")
 	})
 
+	t.Run("containers of one image", func(t *testing.T) { dockerRoots(t, a, slk, mode, other) })
+
 	// Node B shares A's store but not with anyone else: its commits are ordinary tars.
-	b := startDockerNode(t, work, store, "b", false, reg.Addr)
+	b := startDockerNode(t, work, store, "b-"+mode, false, registry, mode)
 	t.Run("pull lazily on a node sharing the store", func(t *testing.T) {
 		dockerOK(t, b.docker, "pull", "-q", changed)
 		out := dockerOK(t, b.docker, "run", "--name", "c2", "--network", "none", changed, "sh", "-c", "cat /etc/motd; echo fromB > /etc/motd")
@@ -220,7 +242,7 @@ func TestDocker(t *testing.T) {
 	})
 
 	t.Run("stock Docker", func(t *testing.T) {
-		c, err := services.StartDockerd(ctx, services.DockerdOptions{Dir: filepath.Join(work, "dc"), InsecureRegistries: []string{reg.Addr}})
+		c, err := services.StartDockerd(ctx, services.DockerdOptions{Dir: filepath.Join(work, "dc"), InsecureRegistries: []string{registry}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -235,7 +257,7 @@ func TestDocker(t *testing.T) {
 		tiny := tinyImage(t, work)
 		dockerOK(t, b.docker, "load", "-i", tiny)
 		dockerOK(t, b.docker, "run", "--name", "c3", "--network", "none", "tiny", "/t", "write", "/msg", "written on B")
-		ref := reg.Addr + "/plain/tiny:b"
+		ref := registry + "/plain/tiny:b-" + mode
 		dockerOK(t, b.docker, "commit", "c3", ref)
 		dockerOK(t, b.docker, "push", ref)
 		dockerOK(t, c, "pull", "-q", ref)
@@ -246,7 +268,7 @@ func TestDocker(t *testing.T) {
 
 	t.Run("removing everything removes every volume", func(t *testing.T) {
 		dockerOK(t, b.docker, "rm", "-f", "c2", "c3")
-		for _, img := range []string{"fromb", changed, "tiny", reg.Addr + "/plain/tiny:b"} {
+		for _, img := range []string{"fromb", changed, "tiny", registry + "/plain/tiny:b-" + mode} {
 			dockerOK(t, b.docker, "rmi", img)
 		}
 		vols, err := api.NewClient(b.slackerd.Socket).Volumes(ctx)
@@ -254,11 +276,88 @@ func TestDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, v := range vols {
-			if strings.HasPrefix(v.ID, "docker-") {
+			if strings.HasPrefix(v.ID, "docker-") || v.Labels[labels.Kind] == labels.KindImageRoot {
 				t.Errorf("volume %s left on B", v.ID)
 			}
 		}
 	})
+}
+
+// dockerRoots runs containers of img on node a, whose containers' roots are made
+// in mode: two running containers of the image stand on one read-only mount of it
+// (shared) or on clones of their own (block); --storage-opt root-mode=OTHER makes
+// one in the other mode, which diff and commit like the rest; a root mode that
+// does not exist fails docker run with a message naming the two.
+func dockerRoots(t *testing.T, a *dockerNode, img, mode, other string) {
+	ctx := context.Background()
+	c := api.NewClient(a.slackerd.Socket)
+	volumeOf := func(name string) api.Volume {
+		t.Helper()
+		id := strings.TrimSpace(dockerOK(t, a.docker, "inspect", "-f", "{{.GraphDriver.Data.Volume}}", name))
+		vols, err := c.Volumes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range vols {
+			if v.ID == id {
+				return v
+			}
+		}
+		t.Fatalf("container %s: no volume %q", name, id)
+		return api.Volume{}
+	}
+	imageRoots := func() []api.Volume {
+		t.Helper()
+		vols, err := c.Volumes(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []api.Volume
+		for _, v := range vols {
+			if v.Labels[labels.Kind] == labels.KindImageRoot {
+				out = append(out, v)
+			}
+		}
+		return out
+	}
+	for _, name := range []string{"r1", "r2"} {
+		dockerOK(t, a.docker, "run", "-d", "--name", name, "--network", "none", img, "sleep", "600")
+	}
+	defer dockerOK(t, a.docker, "rm", "-f", "r1", "r2")
+	v1, v2 := volumeOf("r1"), volumeOf("r2")
+	irs := imageRoots()
+	if mode == "shared" {
+		if len(irs) != 1 || v1.Mode != "shared" || v2.Mode != "shared" || v1.Image != irs[0].Base || v2.Image != v1.Image {
+			t.Fatalf("two containers of one image: %+v and %+v over image roots %+v, want one", v1, v2, irs)
+		}
+	} else if len(irs) != 0 || v1.Mode != "" || v2.Mode != "" || v1.Device == "" || v2.Device == "" {
+		t.Fatalf("block containers: %+v and %+v, image roots %+v", v1, v2, irs)
+	}
+
+	dockerOK(t, a.docker, "run", "--name", "o1", "--storage-opt", "root-mode="+other, "--network", "none", img,
+		"sh", "-c", "echo other > /etc/motd; mkdir /o")
+	defer dockerOK(t, a.docker, "rm", "o1")
+	if got := strings.TrimSpace(dockerOK(t, a.docker, "inspect", "-f", "{{.GraphDriver.Data.RootMode}}", "o1")); got != other {
+		t.Fatalf("--storage-opt root-mode=%s made a %q root", other, got)
+	}
+	if v := volumeOf("o1"); (v.Mode == "shared") != (other == "shared") {
+		t.Fatalf("--storage-opt root-mode=%s: volume %+v", other, v)
+	}
+	got := sortedLines(dockerOK(t, a.docker, "diff", "o1"))
+	if want := []string{"A /o", "C /etc/motd"}; strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("docker diff of a %s root: %q, want %q", other, got, want)
+	}
+	dockerOK(t, a.docker, "commit", "o1", "other:"+mode)
+	defer dockerOK(t, a.docker, "rmi", "other:"+mode)
+	if out := dockerOK(t, a.docker, "run", "--rm", "--network", "none", "other:"+mode, "sh", "-c",
+		"cat /etc/motd; test -d /o && echo dir"); out != "other\ndir\n" {
+		t.Fatalf("the commit of a %s root: %q", other, out)
+	}
+
+	_, err := a.docker.Docker(ctx, "run", "--rm", "--storage-opt", "root-mode=fast", "--network", "none", img, "true")
+	if err == nil || !strings.Contains(err.Error(), "root-mode=shared") || !strings.Contains(err.Error(), "root-mode=block") {
+		t.Fatalf("docker run --storage-opt root-mode=fast: %v", err)
+	}
 }
 
 // topSlackerLayer reads a docker-archive and decodes its last layer as a Slacker layer.

@@ -91,10 +91,19 @@ type record struct {
 	// Slacker is the Slacker layer this layer was applied from, verbatim, and
 	// Kind its format: kindMarker (this package's, made by commits) or kindImage
 	// (package image's, pushed by `slacker push`).
-	Slacker []byte    `json:"slacker,omitempty"`
-	Kind    string    `json:"kind,omitempty"`
-	Size    int64     `json:"size,omitempty"`
-	Created time.Time `json:"created"`
+	Slacker []byte `json:"slacker,omitempty"`
+	Kind    string `json:"kind,omitempty"`
+	Size    int64  `json:"size,omitempty"`
+	// Mode is node.RootShared for a container's layer made as a shared root: its
+	// Volume, made by CreateReadWrite and kept until Remove, is the layer (its
+	// upper layer holds the layer's changes), and Snapshot is the image it stands
+	// on. Empty for every other layer (block volumes, as above).
+	Mode node.RootMode `json:"mode,omitempty"`
+	// ParentVolume, for a shared layer, is the shared root of its parent layer that
+	// it stands on (a container on its init layer); empty when it stands on
+	// Snapshot alone.
+	ParentVolume string    `json:"parent_volume,omitempty"`
+	Created      time.Time `json:"created"`
 }
 
 // Formats of Slacker layers.
@@ -107,9 +116,49 @@ var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,119}$`)
 
 func volumeID(id string) string { return "docker-" + id }
 
+// shared reports whether l is a shared root (record.Mode). A layer's mode never
+// changes, so it is read without the layer's lock.
+func (l *layer) shared() bool { return l.rec.Mode == node.RootShared }
+
+// optRootMode is the one storage option (docker run --storage-opt) the driver
+// takes, for a container's layers: root-mode=shared or root-mode=block.
+const optRootMode = "root-mode"
+
+// parseStorageOpt returns the root mode a CreateReadWrite's storage options ask
+// for ("": none asked).
+func parseStorageOpt(rw bool, opts map[string]string) (node.RootMode, error) {
+	var other []string
+	var mode node.RootMode
+	for k, v := range opts {
+		if k != optRootMode || !rw {
+			other = append(other, k+"="+v)
+			continue
+		}
+		m, err := node.ParseRootMode(v)
+		if err != nil || m == "" {
+			return "", errdefs.Errorf(errdefs.ErrInvalid, "storage option %s=%q: use %s=%s (a read-only mount of the image shared "+
+				"by its containers, an overlay per container) or %s=%s (a block-level clone per container)",
+				optRootMode, v, optRootMode, node.RootShared, optRootMode, node.RootBlock)
+		}
+		mode = m
+	}
+	if len(other) > 0 {
+		sort.Strings(other)
+		what := "a container's layer takes only " + optRootMode + "=shared or " + optRootMode + "=block"
+		if !rw {
+			what = "an image layer takes none"
+		}
+		return "", errdefs.Errorf(errdefs.ErrUnsupported, "storage options %v are %s (%s)", other, unsupported, what)
+	}
+	return mode, nil
+}
+
 // Open opens the driver's state on n, reconciling it with the node: volumes left
 // mounted by a previous run are unmounted (Docker calls Get again), volumes no record
-// names are deleted, and records whose volume is gone fall back to their snapshot.
+// names are deleted (shared roots before those they stand on), and block layers
+// whose volume is gone fall back to their snapshot; a shared layer whose root is
+// gone keeps its name, logged lost (the next Get makes an empty one if the node
+// still has none).
 func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 	if o.Root == "" {
 		return nil, fmt.Errorf("graph driver: no state directory")
@@ -152,6 +201,11 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 		if rec.Volume != "" {
 			v, ok := vols[rec.Volume]
 			switch {
+			case !ok && l.shared():
+				// Its upper layer is the layer: keep the name, so that a root the node
+				// loads again later is still this layer's (Get makes an empty one if
+				// there is none).
+				d.log.Error("graphdriver-volume-lost", "layer", rec.ID, "volume", rec.Volume, "mode", node.RootShared)
 			case !ok:
 				if rec.Dirty {
 					d.log.Error("graphdriver-volume-lost", "layer", rec.ID, "volume", rec.Volume, "snapshot", rec.Snapshot)
@@ -178,11 +232,30 @@ func Open(ctx context.Context, n *node.Node, o Options) (*Driver, error) {
 		}
 		d.layers[rec.ID] = l
 	}
+	// Volumes no record names, those standing on others (shared roots) first.
+	var orphans []string
 	for id := range vols {
 		if !used[id] {
-			if err := n.DeleteVolume(ctx, id); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-				return nil, fmt.Errorf("graph driver: %w", err)
-			}
+			orphans = append(orphans, id)
+		}
+	}
+	depth := func(id string) int {
+		n := 0
+		for p := vols[id].Parent; p != "" && n < len(vols); p = vols[p].Parent {
+			n++
+		}
+		return n
+	}
+	sort.Slice(orphans, func(i, j int) bool { return depth(orphans[i]) > depth(orphans[j]) })
+	for _, id := range orphans {
+		err := n.DeleteVolume(ctx, id)
+		switch {
+		case errors.Is(err, errdefs.ErrBusy):
+			// A layer's root stands on it: a record lost by hand. Keep it.
+			d.log.Warn("graphdriver-orphan-volume-kept", "volume", id, "err", err)
+		case err != nil && !errors.Is(err, errdefs.ErrNotFound):
+			return nil, fmt.Errorf("graph driver: %w", err)
+		default:
 			d.log.Warn("graphdriver-orphan-volume-deleted", "volume", id)
 		}
 	}
@@ -257,12 +330,19 @@ func (d *Driver) base(ctx context.Context) (digest.Digest, error) {
 	return res.ID, nil
 }
 
-// Create makes layer id on parent in O(1): the new layer is the parent's snapshot
-// (snapshotting the parent first only if it was written since its last snapshot).
-// rw marks a container layer (CreateReadWrite), which Get mounts read-write.
+// Create makes layer id on parent in O(1). rw marks a container layer
+// (CreateReadWrite), which Get mounts read-write; its storage option root-mode
+// (else its parent's mode if the parent is a container layer too, else the node's
+// container root mode) says how. A block layer is its parent's snapshot
+// (snapshotting the parent first only if it was written since its last snapshot),
+// cloned when Get is called. A shared layer is made at once as a shared root: on
+// its parent's shared root if it has one (a container on its init layer), else on
+// its parent's snapshot, whose read-only mount every shared root of that image on
+// the node shares.
 func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storageOpt map[string]string) error {
-	if len(storageOpt) > 0 {
-		return errdefs.Errorf(errdefs.ErrUnsupported, "storage options %v are %s", storageOpt, unsupported)
+	mode, err := parseStorageOpt(rw, storageOpt)
+	if err != nil {
+		return err
 	}
 	if !idPattern.MatchString(id) {
 		return errdefs.Errorf(errdefs.ErrInvalid, "layer ID %q: invalid", id)
@@ -270,27 +350,111 @@ func (d *Driver) Create(ctx context.Context, id, parent string, rw bool, storage
 	if d.Exists(id) {
 		return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
 	}
-	var snap digest.Digest // a base layer's blank filesystem is made when first needed
+	var p *layer
 	if parent != "" {
-		p, err := d.lookup(parent)
-		if err == nil {
-			snap, err = d.snapshotOf(ctx, p)
-		}
-		if err != nil {
+		if p, err = d.lookup(parent); err != nil {
 			return fmt.Errorf("create layer %s: %w", id, err)
 		}
 	}
-	l := &layer{rec: record{ID: id, Parent: parent, RW: rw, Snapshot: snap, Created: time.Now().UTC()}}
+	if rw && mode == "" {
+		mode = d.n.RootMode()
+		if p != nil && p.rec.RW {
+			mode = node.RootBlock
+			if p.shared() {
+				mode = node.RootShared
+			}
+		}
+	}
+	rec := record{ID: id, Parent: parent, RW: rw, Created: time.Now().UTC()}
+	// A base layer's blank filesystem is made when first needed.
+	if p != nil && (!rw || mode != node.RootShared || !p.shared()) {
+		if rec.Snapshot, err = d.snapshotOf(ctx, p); err != nil {
+			return fmt.Errorf("create layer %s: %w", id, err)
+		}
+	}
+	if rw && mode == node.RootShared {
+		if err := d.createShared(ctx, &rec, p); err != nil {
+			return fmt.Errorf("create layer %s: %w", id, err)
+		}
+	}
+	l := &layer{rec: rec}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if _, ok := d.layers[id]; ok {
-		return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
+	_, taken := d.layers[id]
+	if !taken {
+		err = d.save(&l.rec)
 	}
-	if err := d.save(&l.rec); err != nil {
+	if taken || err != nil {
+		if l.rec.Volume != "" {
+			d.n.DeleteVolume(context.WithoutCancel(ctx), l.rec.Volume)
+		}
+		if taken {
+			return errdefs.Errorf(errdefs.ErrExists, "layer already exists: %s", id)
+		}
 		return err
 	}
 	d.layers[id] = l
-	d.log.Debug("layer-created", "layer", id, "parent", parent, "rw", rw, "snapshot", snap)
+	d.log.Debug("layer-created", "layer", id, "parent", parent, "rw", rw, "snapshot", l.rec.Snapshot, "mode", l.rec.Mode)
+	return nil
+}
+
+// createShared makes the shared root of rec (a new container layer on p, nil for
+// none) and records it in rec.
+func (d *Driver) createShared(ctx context.Context, rec *record, p *layer) error {
+	rec.Mode, rec.Volume = node.RootShared, volumeID(rec.ID)
+	switch {
+	case p != nil && p.shared():
+		// On the parent's root: its upper layer lies under this one's.
+		var err error
+		if rec.Snapshot, rec.ParentVolume, err = d.sharedBase(ctx, p); err != nil {
+			return err
+		}
+	case p == nil:
+		var err error
+		if rec.Snapshot, err = d.base(ctx); err != nil {
+			return err
+		}
+	}
+	// A volume of that name is another Create of this ID at work (Open deletes the
+	// volumes no record names): not this call's to take.
+	if _, err := d.n.CreateVolume(ctx, sharedOptions(*rec)); err != nil {
+		return fmt.Errorf("make its shared root: %w", err)
+	}
+	return nil
+}
+
+// sharedOptions are the node options of shared layer rec's root. Startup: the
+// first root of an image mounts it, and replays (or records) its start-up trace.
+func sharedOptions(rec record) node.CreateOptions {
+	return node.CreateOptions{ID: rec.Volume, Snapshot: rec.Snapshot, Mode: node.RootShared, Parent: rec.ParentVolume,
+		Startup: true, Labels: map[string]string{labels.Kind: labels.KindDocker, labels.DockerLayer: rec.ID}}
+}
+
+// sharedBase returns the image shared layer l stands on and its root, which it
+// makes again if the node lost it.
+func (d *Driver) sharedBase(ctx context.Context, l *layer) (digest.Digest, string, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.gone {
+		return "", "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
+	}
+	if err := d.ensureSharedLocked(ctx, l); err != nil {
+		return "", "", err
+	}
+	return l.rec.Snapshot, l.rec.Volume, nil
+}
+
+// ensureSharedLocked makes shared layer l's root again, empty, if the node has
+// none by its name (Open logged it lost).
+func (d *Driver) ensureSharedLocked(ctx context.Context, l *layer) error {
+	_, err := d.n.Volume(l.rec.Volume)
+	if !errors.Is(err, errdefs.ErrNotFound) {
+		return err
+	}
+	if _, err := d.n.CreateVolume(ctx, sharedOptions(l.rec)); err != nil {
+		return fmt.Errorf("make the lost root of layer %s again: %w", l.rec.ID, err)
+	}
+	d.log.Warn("graphdriver-root-remade", "layer", l.rec.ID, "volume", l.rec.Volume, "snapshot", l.rec.Snapshot)
 	return nil
 }
 
@@ -301,6 +465,9 @@ func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error
 	defer l.mu.Unlock()
 	if l.gone {
 		return "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
+	}
+	if l.shared() {
+		return d.commitSharedLocked(ctx, l)
 	}
 	if l.rec.Volume == "" || !l.rec.Dirty {
 		return d.resolveLocked(ctx, l)
@@ -325,6 +492,23 @@ func (d *Driver) snapshotOf(ctx context.Context, l *layer) (digest.Digest, error
 		return "", err
 	}
 	d.log.Info("layer-snapshotted", "layer", l.rec.ID, "snapshot", res.ID, "new_bytes", res.NewBytes, "took", time.Since(start))
+	return res.ID, nil
+}
+
+// commitSharedLocked snapshots shared layer l's whole content (its image and the
+// upper layers of its root and of the roots under it: node.SnapshotVolume), in
+// O(data written). The root stays the layer: nothing is recorded.
+func (d *Driver) commitSharedLocked(ctx context.Context, l *layer) (digest.Digest, error) {
+	if err := d.ensureSharedLocked(ctx, l); err != nil {
+		return "", err
+	}
+	start := time.Now()
+	res, err := d.n.SnapshotVolume(ctx, l.rec.Volume, node.SnapshotOptions{})
+	if err != nil {
+		return "", fmt.Errorf("snapshot layer %s: %w", l.rec.ID, err)
+	}
+	d.log.Info("layer-snapshotted", "layer", l.rec.ID, "snapshot", res.ID, "mode", node.RootShared, "new_bytes", res.NewBytes,
+		"took", time.Since(start))
 	return res.ID, nil
 }
 
@@ -389,7 +573,11 @@ func (d *Driver) acquire(ctx context.Context, l *layer, forDocker bool) (string,
 	if l.gone {
 		return "", errdefs.Errorf(errdefs.ErrNotFound, "no such layer: %s", l.rec.ID)
 	}
-	if l.rec.Volume == "" {
+	if l.shared() {
+		if err := d.ensureSharedLocked(ctx, l); err != nil {
+			return "", err
+		}
+	} else if l.rec.Volume == "" {
 		if _, err := d.resolveLocked(ctx, l); err != nil {
 			return "", err
 		}
@@ -469,12 +657,13 @@ func (d *Driver) release(ctx context.Context, l *layer) error {
 }
 
 // unmountLocked unmounts l. A volume that holds nothing its snapshot does not (an
-// image layer's view, a container layer mounted only to be read) is deleted.
+// image layer's view, a block container layer mounted only to be read) is
+// deleted; a shared layer's root is the layer, and stays.
 func (d *Driver) unmountLocked(ctx context.Context, l *layer) error {
 	if l.rec.Volume == "" {
 		return nil
 	}
-	if !l.rec.RW || !l.rec.Dirty {
+	if !l.shared() && (!l.rec.RW || !l.rec.Dirty) {
 		if err := d.n.DeleteVolume(ctx, l.rec.Volume); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
 			return fmt.Errorf("unmount layer %s: %w", l.rec.ID, err)
 		}
@@ -518,8 +707,15 @@ func (d *Driver) Status() [][2]string {
 	if d.o.SharedStore {
 		mode = "on: commits make Slacker layers (store shared)"
 	}
+	backing := "ext4 on Slacker volumes (block-level copy-on-write, data fetched as read)"
+	roots := "block: a block-level clone of the image per container (--storage-opt root-mode=shared for a shared one)"
+	if d.n.RootMode() == node.RootShared {
+		backing = "ext4 on Slacker volumes (data fetched as read), under overlayfs for containers"
+		roots = "shared: one read-only mount of each image per node, an overlay per container (--storage-opt root-mode=block for a block clone)"
+	}
 	return [][2]string{
-		{"Backing Filesystem", "ext4 on Slacker volumes (block-level copy-on-write, data fetched as read)"},
+		{"Backing Filesystem", backing},
+		{"Container Roots", roots},
 		{"Store", d.o.Store},
 		{"Slacker Layers", mode},
 		{"Layers", strconv.Itoa(len(ls))},
@@ -537,10 +733,21 @@ func (d *Driver) Metadata(ctx context.Context, id string) (map[string]string, er
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	m := map[string]string{"Snapshot": l.rec.Snapshot.String(), "SlackerLayer": strconv.FormatBool(l.rec.Slacker != nil)}
+	if l.rec.RW {
+		m["RootMode"] = string(node.RootBlock)
+		if l.shared() {
+			m["RootMode"] = string(node.RootShared) // Snapshot is then the image it stands on
+		}
+	}
 	if l.rec.Volume != "" {
 		m["Volume"] = l.rec.Volume
-		if v, err := d.n.Volume(l.rec.Volume); err == nil && v.Mountpoint != "" {
-			m["Mountpoint"] = v.Mountpoint
+		if v, err := d.n.Volume(l.rec.Volume); err == nil {
+			if v.Mountpoint != "" {
+				m["Mountpoint"] = v.Mountpoint
+			}
+			if v.Upper != "" {
+				m["UpperDir"] = v.Upper
+			}
 		}
 	}
 	return m, nil
@@ -576,6 +783,9 @@ func (d *Driver) ApplyDiff(ctx context.Context, id, parent string, r io.Reader) 
 	l, err := d.lookup(id)
 	if err != nil {
 		return 0, err
+	}
+	if l.shared() {
+		return 0, errdefs.Errorf(errdefs.ErrUnsupported, "apply a layer tar to container layer %s (a shared root): %s", id, unsupported)
 	}
 	br := bufio.NewReaderSize(r, maxLayerPeek)
 	prefix, _ := br.Peek(maxLayerPeek)
@@ -784,6 +994,9 @@ func (d *Driver) pair(id, parent string) (*layer, *layer, error) {
 }
 
 func (d *Driver) changes(ctx context.Context, l, p *layer) ([]change, error) {
+	if v, ok := d.upperOf(l, p); ok {
+		return upperChanges(ctx, v)
+	}
 	paths, release, err := d.views(ctx, l, p)
 	if err != nil {
 		return nil, err
@@ -842,6 +1055,9 @@ func (d *Driver) Diff(ctx context.Context, id, parent string) (io.ReadCloser, er
 		}
 		return io.NopCloser(bytes.NewReader(b)), nil
 	}
+	if v, ok := d.upperOf(l, p); ok {
+		return d.upperTar(ctx, l, parent, v)
+	}
 	paths, release, err := d.views(ctx, l, p)
 	if err != nil {
 		return nil, err
@@ -874,6 +1090,9 @@ func isInit(l *layer) bool {
 // /etc/hosts, ...) is taken back out of the snapshot, except where the container
 // changed it itself.
 func (d *Driver) makeSlackerLayer(ctx context.Context, l, p *layer) ([]byte, error) {
+	if v, ok := d.upperOf(l, p); ok && isInit(p) {
+		return d.makeSharedSlackerLayer(ctx, l, p, v)
+	}
 	start := time.Now()
 	snap, err := d.snapshotOf(ctx, l)
 	if err != nil {

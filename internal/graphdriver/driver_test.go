@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
 type testDriver struct {
@@ -139,12 +141,35 @@ func isMounted(t *testing.T, dir string) bool {
 	return false
 }
 
+// modes are the container root modes the tests of containers run in.
+var modes = []node.RootMode{node.RootShared, node.RootBlock}
+
+// modeTest runs f as a subtest in each root mode (shared ones need overlayfs).
+func modeTest(t *testing.T, f func(t *testing.T, mode node.RootMode)) {
+	for _, mode := range modes {
+		t.Run(string(mode), func(t *testing.T) {
+			if mode == node.RootShared {
+				testutil.RequireOverlay(t)
+			}
+			f(t, mode)
+		})
+	}
+}
+
+// opt is what docker run --storage-opt root-mode=MODE passes ("": nothing).
+func opt(mode node.RootMode) map[string]string {
+	if mode == "" {
+		return nil
+	}
+	return map[string]string{"root-mode": string(mode)}
+}
+
 // container makes an init layer (written like dockerd does) and a container layer on
-// parent, and returns the container's mounted root.
-func container(t *testing.T, d *testDriver, id, parent string) string {
+// parent, in mode ("": the node's), and returns the container's mounted root.
+func container(t *testing.T, d *testDriver, id, parent string, mode node.RootMode) string {
 	t.Helper()
 	ctx := context.Background()
-	if err := d.Create(ctx, id+"-init", parent, true, nil); err != nil {
+	if err := d.Create(ctx, id+"-init", parent, true, opt(mode)); err != nil {
 		t.Fatal(err)
 	}
 	dir, err := d.Get(ctx, id+"-init")
@@ -160,7 +185,7 @@ func container(t *testing.T, d *testDriver, id, parent string) string {
 	if err := d.Put(ctx, id+"-init"); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Create(ctx, id, id+"-init", true, nil); err != nil {
+	if err := d.Create(ctx, id, id+"-init", true, opt(mode)); err != nil {
 		t.Fatal(err)
 	}
 	root, err := d.Get(ctx, id)
@@ -190,8 +215,11 @@ func edit(t *testing.T, root, del string) {
 	}
 }
 
-func TestDriverLayersAndContainers(t *testing.T) {
+func TestDriverLayersAndContainers(t *testing.T) { modeTest(t, testDriverLayersAndContainers) }
+
+func testDriverLayersAndContainers(t *testing.T, mode node.RootMode) {
 	d := newDriver(t, false, "")
+	shared := mode == node.RootShared
 	ctx := context.Background()
 	if err := d.Init("", nil, false); err != nil {
 		t.Fatal(err)
@@ -280,7 +308,7 @@ func TestDriverLayersAndContainers(t *testing.T) {
 	}
 
 	// docker run: init layer, container layer; snapshot caching.
-	root := container(t, d, "c", "l2")
+	root := container(t, d, "c", "l2", mode)
 	meta := func(id string) map[string]string {
 		m, err := d.Metadata(ctx, id)
 		if err != nil {
@@ -290,18 +318,20 @@ func TestDriverLayersAndContainers(t *testing.T) {
 	}
 	l2snap := meta("l2")["Snapshot"]
 	for _, id := range []string{"e-init", "f-init"} {
-		if err := d.Create(ctx, id, "l2", true, nil); err != nil {
+		if err := d.Create(ctx, id, "l2", true, opt(mode)); err != nil {
 			t.Fatal(err)
 		}
 		if got := meta(id)["Snapshot"]; got != l2snap {
 			t.Fatalf("%s starts from %s, not its parent's snapshot %s", id, got, l2snap)
 		}
 	}
-	if d.hasVolume("c-init") {
-		t.Fatal("the init layer kept its volume after its snapshot was taken")
+	// A block init layer is its snapshot once its container is made; a shared one
+	// is the root its container stands on.
+	if d.hasVolume("c-init") != shared {
+		t.Fatalf("init layer's volume kept: %v, want %v", d.hasVolume("c-init"), shared)
 	}
-	if meta("c")["Mountpoint"] != root {
-		t.Fatalf("metadata %v", meta("c"))
+	if m := meta("c"); m["Mountpoint"] != root || m["RootMode"] != string(mode) {
+		t.Fatalf("metadata %v", m)
 	}
 	edit(t, root, "etc/new")
 	cs, err := d.Changes(ctx, "c", "c-init")
@@ -310,6 +340,15 @@ func TestDriverLayersAndContainers(t *testing.T) {
 	}
 	want := []Change{{"/etc", ChangeModify}, {"/etc/motd", ChangeModify}, {"/etc/motd2", ChangeModify},
 		{"/etc/new", ChangeDelete}, {"/tmp", ChangeAdd}, {"/tmp/x", ChangeAdd}, {"/usr/bin", ChangeModify}}
+	if shared {
+		// overlayfs copies /etc/motd up alone: /etc/motd2 keeps the image's inode
+		// and content (as with overlay2); /usr, copied up only because /usr/bin
+		// changed, is not a change.
+		want = slices.DeleteFunc(want, func(c Change) bool { return c.Path == "/etc/motd2" })
+		if got := mustRead(t, filepath.Join(root, "etc/motd2")); got != "hello\n" {
+			t.Fatalf("etc/motd2 after writing etc/motd: %q", got)
+		}
+	}
 	if !reflect.DeepEqual(cs, want) {
 		t.Fatalf("changes\n%v\nwant\n%v", cs, want)
 	}
@@ -340,6 +379,10 @@ func TestDriverLayersAndContainers(t *testing.T) {
 		names = append(names, h.Name+" "+string(h.Typeflag)+" "+h.Linkname)
 	}
 	wantNames := []string{"etc/ 5 ", "etc/motd 0 ", "etc/motd2 1 etc/motd", "etc/.wh.new 0 ", "tmp/ 5 ", "tmp/x 0 ", "usr/bin/ 5 "}
+	if shared {
+		// Straight from the upper layer, its directories included.
+		wantNames = []string{"etc/ 5 ", "etc/motd 0 ", "etc/.wh.new 0 ", "tmp/ 5 ", "tmp/x 0 ", "usr/ 5 ", "usr/bin/ 5 "}
+	}
 	if !reflect.DeepEqual(names, wantNames) {
 		t.Fatalf("diff tar entries\n%q\nwant\n%q", names, wantNames)
 	}
@@ -399,13 +442,15 @@ func TestDriverLayersAndContainers(t *testing.T) {
 		t.Fatalf("removing a removed layer: %v", err)
 	}
 	for _, v := range d.volumes() {
-		if strings.HasPrefix(v, "docker-") {
+		if strings.HasPrefix(v, "docker-") || strings.HasPrefix(v, "image-") {
 			t.Errorf("volume %s left after every layer was removed", v)
 		}
 	}
 }
 
-func TestDriverSlackerLayers(t *testing.T) {
+func TestDriverSlackerLayers(t *testing.T) { modeTest(t, testDriverSlackerLayers) }
+
+func testDriverSlackerLayers(t *testing.T, mode node.RootMode) {
 	a := newDriver(t, true, "")
 	ctx := context.Background()
 	if err := a.Create(ctx, "l1", "", false, nil); err != nil {
@@ -414,7 +459,7 @@ func TestDriverSlackerLayers(t *testing.T) {
 	if _, err := a.ApplyDiff(ctx, "l1", "", bytes.NewReader(baseLayer(t))); err != nil {
 		t.Fatal(err)
 	}
-	root := container(t, a, "c", "l1")
+	root := container(t, a, "c", "l1", mode)
 	edit(t, root, "etc/issue")
 	// The container's own version of a file the init layer made is kept.
 	if err := os.WriteFile(filepath.Join(root, "etc/hosts"), []byte("mine"), 0o644); err != nil {
@@ -526,7 +571,7 @@ func TestDriverSlackerLayers(t *testing.T) {
 		t.Fatalf("view of the image layer: %+v %v", got, err)
 	}
 	b.Put(ctx, "i1")
-	if err := b.Create(ctx, "ic", "i1", true, nil); err != nil {
+	if err := b.Create(ctx, "ic", "i1", true, opt(mode)); err != nil {
 		t.Fatal(err)
 	}
 	dir, err = b.Get(ctx, "ic")
@@ -539,7 +584,9 @@ func TestDriverSlackerLayers(t *testing.T) {
 	b.Put(ctx, "ic")
 }
 
-func TestSnapshotsAreRoots(t *testing.T) {
+func TestSnapshotsAreRoots(t *testing.T) { modeTest(t, testSnapshotsAreRoots) }
+
+func testSnapshotsAreRoots(t *testing.T, mode node.RootMode) {
 	d := newDriver(t, false, "")
 	ctx := context.Background()
 	if err := d.Create(ctx, "l1", "", false, nil); err != nil {
@@ -548,7 +595,7 @@ func TestSnapshotsAreRoots(t *testing.T) {
 	if _, err := d.ApplyDiff(ctx, "l1", "", bytes.NewReader(baseLayer(t))); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.Create(ctx, "c-init", "l1", true, nil); err != nil {
+	if err := d.Create(ctx, "c-init", "l1", true, opt(mode)); err != nil {
 		t.Fatal(err)
 	}
 	roots, err := Roots(d.o.Root)(ctx)

@@ -78,7 +78,13 @@ type VolumeInfo struct {
 	Mountpoint string        `json:"mountpoint,omitempty"`
 	Device     string        `json:"device,omitempty"`
 	File       string        `json:"file"`
-	Stats      VolumeStats   `json:"stats"`
+	// Upper and Lowers, for a shared root: its upper layer (its own changes,
+	// overlayfs's upperdir) and the directories under it, nearest first (the upper
+	// layers of the roots it stands on, then the image root's mountpoint): what
+	// a reader of its changes compares them with, without mounting anything.
+	Upper  string      `json:"upper,omitempty"`
+	Lowers []string    `json:"lowers,omitempty"`
+	Stats  VolumeStats `json:"stats"`
 }
 
 // VolumeStats are a volume's counters: its guest's reads and writes and its delta
@@ -509,6 +515,10 @@ func (x *vol) info() VolumeInfo {
 			info.Size, info.Stats.ReadStats = ix.v.Size(), ix.r.Stats()
 		}
 		info.Stats.DeltaBytes = upperBytes(sr.upper)
+		info.Upper, info.Lowers = sr.upper, sr.lowers()
+		if l := sr.root.lower(); l != "" {
+			info.Lowers = append(info.Lowers, l)
+		}
 		return info
 	}
 	m := x.v.Meta()
@@ -875,6 +885,10 @@ func (n *Node) Stats() Stats {
 	}
 	return s
 }
+
+// RootMode is how container roots are made when their CreateOptions.Mode is
+// empty (Config.RootMode, RootShared by default).
+func (n *Node) RootMode() RootMode { return n.cfg.RootMode }
 
 // Cache returns the node's chunk cache.
 func (n *Node) Cache() *cache.Cache { return n.cache }
