@@ -525,3 +525,33 @@ func BenchmarkReadChunk4KRandom(b *testing.B) {
 		})
 	}
 }
+
+// TestNoSecondCopyInMemory: a chunk whose bytes are in a local file the cache reads
+// by the block keeps no copy in the memory tier once verified (there, it would be
+// a second copy of what the page cache above and the file's below already hold:
+// 64 containers of one image counted both): with a local store at once, with a
+// disk tier once its file is written. Such a chunk counts as cached, so fetching
+// ahead skips it; its reads are block reads.
+func TestNoSecondCopyInMemory(t *testing.T) {
+	for _, m := range localModes {
+		t.Run(m.name, func(t *testing.T) {
+			src := newStoreSource(t)
+			o := m.opts(t.TempDir(), src)
+			o.MemBytes = 64 << 20 // room for everything: the tier must choose not to keep it
+			c := openCache(t, o, src)
+			ch, want := src.add(t, 256<<10)
+			got := make([]byte, 4096)
+			if _, err := c.ReadChunk(context.Background(), ch, got, 8192); err != nil {
+				t.Fatal(err)
+			}
+			c.Flush()
+			if st := c.Stats(); st.MemBytes != 0 || !c.Cached(ch) {
+				t.Fatalf("after a verified load: memory tier %d bytes, cached %v; want 0 and true", st.MemBytes, c.Cached(ch))
+			}
+			o2, err := c.ReadChunk(context.Background(), ch, got, 100<<10)
+			if err != nil || o2 != FromFile || !bytes.Equal(got, want[100<<10:104<<10]) || src.n.Load() != 1 {
+				t.Fatalf("second read: from %v, err %v, %d fetches; want a block read of the right bytes and 1 fetch", o2, err, src.n.Load())
+			}
+		})
+	}
+}

@@ -203,6 +203,13 @@ func (c *Cache) writer() {
 			c.probation.pushFront(it)
 			c.evictLocked()
 		}
+		// Read by the block from its file from now on: its copy in memory goes.
+		if _, summed := c.sums[key]; summed && c.sumN > 0 {
+			if m, ok := c.mem[key]; ok {
+				c.memLRU.remove(m.item)
+				delete(c.mem, key)
+			}
+		}
 		c.mu.Unlock()
 	}
 }
@@ -367,7 +374,9 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 			if it, ok := c.disk[key]; ok {
 				c.touchLocked(it)
 			}
-			c.addMemLocked(key, data)
+			if c.sumN <= 0 { // no block reads: the memory tier serves the reads to come
+				c.addMemLocked(key, data)
+			}
 			c.setSumsLocked(key, ch.Size, sums)
 			c.mu.Unlock()
 			return &result{data: data, origin: FromDisk, leader: leader}, nil
@@ -397,16 +406,22 @@ func (c *Cache) fetchedChunk(ch blockmap.Chunk, data []byte, leader uint64) (*re
 	return &result{data: data, origin: FromStore, leader: leader}, nil
 }
 
-// Cached reports whether the cache holds ch (in memory or on disk), so that a
-// caller deciding what to load ahead can skip it.
+// Cached reports whether the cache holds ch (in memory, on disk, or verified in
+// the local store's object file), so that a caller deciding what to load ahead
+// can skip it.
 func (c *Cache) Cached(ch blockmap.Chunk) bool {
 	key := ch.Digest.String()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	_, inMem := c.mem[key]
 	_, onDisk := c.disk[key]
-	return inMem || onDisk
+	_, summed := c.sums[key]
+	return inMem || onDisk || (summed && c.storeBacked())
 }
+
+// storeBacked reports whether chunks are read by the block from the local store's
+// object files: they then need no copy in the memory tier.
+func (c *Cache) storeBacked() bool { return c.noDisk && c.objects != nil && c.sumN > 0 }
 
 // BatchLoads reports whether Load of several chunks saves requests (the Source
 // can fetch many at once); if not, a caller loading ahead keeps to one chunk per
@@ -538,12 +553,17 @@ func (c *Cache) Put(ch blockmap.Chunk, data []byte) error {
 	return nil
 }
 
-// insert puts data in the memory tier and queues it for the disk tier. When the
+// insert takes in a verified chunk: its block checksums, and its bytes in the
+// memory tier until they are in a local file the cache reads by the block (the
+// disk tier's, written in the background, or the local store's object, which is
+// there already); with block reads off, the memory tier keeps them. When the
 // writer is behind, the disk copy is skipped: the chunk can be fetched again.
 func (c *Cache) insert(d digest.Digest, data []byte) {
 	sums := c.blockSums(data)
 	c.mu.Lock()
-	c.addMemLocked(d.String(), data)
+	if !c.storeBacked() {
+		c.addMemLocked(d.String(), data)
+	}
 	c.setSumsLocked(d.String(), int64(len(data)), sums)
 	c.mu.Unlock()
 	if c.noDisk {

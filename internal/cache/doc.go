@@ -5,7 +5,9 @@
 // Two tiers. A disk tier (one file per chunk under the cache directory) bounded by
 // MaxBytes and evicted by hotness (segmented LRU: a chunk read twice is protected from
 // a scan of chunks read once). A memory tier bounded by MemBytes holding chunks
-// verified against their digest (sha256) when loaded. A chunk file whose bytes no
+// verified against their digest (sha256) when loaded, for as long as their bytes are
+// in no local file the cache reads by the block (below): a chunk of a local store,
+// or one whose disk-tier file is written, keeps no second copy in memory. A chunk file whose bytes no
 // longer match its digest is dropped with a log line and fetched again, never served.
 // Concurrent misses of one chunk share one fetch. Chunk files are replaced atomically
 // but never fsynced (package atomicfile with NoSync): after a crash a torn file fails
