@@ -368,6 +368,10 @@ func writeRecord(dir string, r Record) error {
 	return atomicfile.WriteFile(filepath.Join(dir, "node.json"), b, 0o600)
 }
 
+// mapFiles writes the block maps the node keeps (maps/): replaced atomically,
+// never fsynced (each is verified against its ID whenever it is read).
+var mapFiles = atomicfile.Writer{NoSync: true}
+
 // Map returns the decoded block map of snapshot id, from the node's map directory or
 // the store. Every map is verified against its ID.
 func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error) {
@@ -391,8 +395,10 @@ func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error)
 			return nil, fmt.Errorf("fetch snapshot %s: %w", id, err)
 		}
 		// Kept for the next start (and a restart while the store is away); a
-		// failed write only means fetching it again.
-		atomicfile.WriteFile(path, b, 0o600)
+		// failed write only means fetching it again. Not fsynced: a file a crash
+		// tore fails the check above and is fetched again, so an fsync of the file
+		// and its directory would buy nothing for its cost on every first use.
+		mapFiles.WriteFile(path, b, 0o600)
 	}
 	m, err = blockmap.Decode(b)
 	if err != nil {
