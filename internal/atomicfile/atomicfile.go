@@ -221,6 +221,53 @@ func (p *Pending) Write(b []byte) (int, error) {
 	return n, nil
 }
 
+// WriteAt writes b at off of the new content, leaving what lies between the
+// writes a hole (a sparse file), when the FS's files can (os files can). A failed
+// WriteAt fails Commit too.
+func (p *Pending) WriteAt(b []byte, off int64) (int, error) {
+	if p.done {
+		return 0, &Error{Step: StepWrite, Path: p.path, Err: os.ErrClosed}
+	}
+	if p.err != nil {
+		return 0, p.err
+	}
+	wa, ok := p.f.(io.WriterAt)
+	if !ok {
+		p.err = &Error{Step: StepWrite, Path: p.path, Err: errors.ErrUnsupported}
+		return 0, p.err
+	}
+	n, err := wa.WriteAt(b, off)
+	if err == nil && n < len(b) {
+		err = io.ErrShortWrite
+	}
+	if err != nil {
+		p.err = &Error{Step: StepWrite, Path: p.path, Err: err}
+		return n, p.err
+	}
+	return n, nil
+}
+
+// Truncate sets the new content's size (a sparse tail when it grows), when the
+// FS's files can (os files can). A failed Truncate fails Commit too.
+func (p *Pending) Truncate(size int64) error {
+	if p.done {
+		return &Error{Step: StepWrite, Path: p.path, Err: os.ErrClosed}
+	}
+	if p.err != nil {
+		return p.err
+	}
+	t, ok := p.f.(interface{ Truncate(int64) error })
+	if !ok {
+		p.err = &Error{Step: StepWrite, Path: p.path, Err: errors.ErrUnsupported}
+		return p.err
+	}
+	if err := t.Truncate(size); err != nil {
+		p.err = &Error{Step: StepWrite, Path: p.path, Err: err}
+		return p.err
+	}
+	return nil
+}
+
 // TempPath returns the temporary file's path. A caller that must keep the new
 // content open after Commit (the volume's journal, appended to in place) opens it
 // by this path before Commit; the rename keeps what it opened.
