@@ -100,15 +100,32 @@ func (f *FS) Mountpoint() string { return f.mountpoint }
 func (f *FS) Path(name string) string { return f.mountpoint + "/" + name }
 
 // Add exposes v as the file name.
-func (f *FS) Add(name string, v Volume) (string, error) {
+func (f *FS) Add(name string, v Volume) (string, error) { return f.AddBacked(name, v, nil) }
+
+// AddBacked exposes v as the file name, read through backing when it is not nil:
+// a local file holding exactly v's bytes, which the kernel then reads itself (FUSE
+// passthrough, Linux 6.9 or later, as root), without a round trip to this process
+// or any check of the bytes. Only for a volume that is never written (an image
+// root, mounted read-only). Where the kernel refuses passthrough, reads come to v as
+// for Add. AddBacked keeps a descriptor of its own for backing until Remove: the
+// caller may close backing when AddBacked returns.
+func (f *FS) AddBacked(name string, v Volume, backing *os.File) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.files[name]; ok {
 		return "", fmt.Errorf("volume file %s: %w", name, os.ErrExist)
 	}
-	n := &fileNode{fs: f, name: name, vol: v}
+	n := &fileNode{fs: f, name: name, vol: v, backingFd: -1}
+	if backing != nil {
+		fd, err := unix.FcntlInt(backing.Fd(), unix.F_DUPFD_CLOEXEC, 0)
+		if err != nil {
+			return "", fmt.Errorf("volume file %s: backing file %s: %w", name, backing.Name(), err)
+		}
+		n.backingFd = fd
+	}
 	ch := f.root.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG})
 	if !f.root.AddChild(name, ch, false) {
+		n.closeBacking()
 		return "", fmt.Errorf("volume file %s: %w", name, os.ErrExist)
 	}
 	f.files[name] = n
@@ -119,10 +136,12 @@ func (f *FS) Add(name string, v Volume) (string, error) {
 func (f *FS) Remove(name string) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, ok := f.files[name]; !ok {
+	n, ok := f.files[name]
+	if !ok {
 		return fmt.Errorf("volume file %s: %w", name, os.ErrNotExist)
 	}
 	delete(f.files, name)
+	n.closeBacking()
 	f.root.RmChild(name)
 	f.root.NotifyEntry(name)
 	return nil
@@ -153,6 +172,47 @@ type fileNode struct {
 	fs   *FS
 	name string
 	vol  Volume
+
+	mu        sync.Mutex
+	backingFd int // passthrough to it (AddBacked), closed by Remove; -1: reads and writes go to vol
+}
+
+// closeBacking closes the node's descriptor of its backing file: opens after it
+// read through the volume. The files already open keep their own.
+func (n *fileNode) closeBacking() {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.backingFd >= 0 {
+		unix.Close(n.backingFd)
+		n.backingFd = -1
+	}
+}
+
+// openBacking returns a descriptor of the backing file for one open, or -1.
+func (n *fileNode) openBacking() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.backingFd < 0 {
+		return -1
+	}
+	fd, err := unix.FcntlInt(uintptr(n.backingFd), unix.F_DUPFD_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// passthroughHandle is one open of a volume file with a backing file: go-fuse
+// registers fd with the kernel after Open (FilePassthroughFder), and the kernel
+// keeps its own reference to the file; fd is closed when the file is released.
+// Reads the kernel still sends (passthrough refused) reach the node's Read.
+type passthroughHandle struct{ fd int }
+
+func (h *passthroughHandle) PassthroughFd() (int, bool) { return h.fd, true }
+
+func (h *passthroughHandle) Release(ctx context.Context) syscall.Errno {
+	unix.Close(h.fd)
+	return 0
 }
 
 var (
@@ -183,6 +243,17 @@ func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAt
 }
 
 func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	n.mu.Lock()
+	backed := n.backingFd >= 0
+	n.mu.Unlock()
+	if backed {
+		if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
+			return nil, 0, syscall.EROFS // a backed volume is never written
+		}
+		if fd := n.openBacking(); fd >= 0 {
+			return &passthroughHandle{fd: fd}, 0, 0
+		}
+	}
 	if n.fs.opts.PageCache {
 		return nil, 0, 0
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -363,5 +364,84 @@ func TestErrnoThroughFUSE(t *testing.T) {
 	got := make([]byte, 4096)
 	if _, err := f.ReadAt(got, size-4096); err != nil || !bytes.Equal(got, block) {
 		t.Fatalf("read of the last block: %v, %q...", err, got[:8])
+	}
+}
+
+// fakeVolume answers every read with 0xEE and counts the reads it gets.
+type fakeVolume struct {
+	size  int64
+	reads atomic.Int64
+}
+
+func (v *fakeVolume) ReadAt(ctx context.Context, p []byte, off int64) (int, error) {
+	v.reads.Add(1)
+	for i := range p {
+		p[i] = 0xEE
+	}
+	return len(p), nil
+}
+func (v *fakeVolume) WriteAt(ctx context.Context, p []byte, off int64) (int, error) {
+	return len(p), nil
+}
+func (v *fakeVolume) Zero(ctx context.Context, off, n int64) error { return nil }
+func (v *fakeVolume) Sync(ctx context.Context) error               { return nil }
+func (v *fakeVolume) Size() int64                                  { return v.size }
+
+// TestPassthrough: a volume file added with a backing file is read by the kernel
+// from that file (FUSE passthrough): the bytes are the backing file's, the volume
+// sees no read, and the file cannot be opened for writing. After Remove, the
+// open file still reads the backing file's bytes.
+func TestPassthrough(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/dev/fuse")
+	dir := t.TempDir()
+	fsys, err := fusefs.Mount(filepath.Join(dir, "fuse"), fusefs.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := fsys.Unmount(); err != nil {
+			t.Error(err)
+		}
+	})
+	want := make([]byte, 1<<20)
+	rand.Read(want)
+	bpath := filepath.Join(dir, "backing")
+	if err := os.WriteFile(bpath, want, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	backing, err := os.Open(bpath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v := &fakeVolume{size: int64(len(want))}
+	path, err := fsys.AddBacked("img", v, backing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	backing.Close() // the file system keeps a descriptor of its own
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) || v.reads.Load() != 0 {
+		t.Fatalf("read through passthrough: equal %v, %d reads reached the volume; want the backing file's bytes and none",
+			bytes.Equal(got, want), v.reads.Load())
+	}
+	if _, err := os.OpenFile(path, os.O_RDWR, 0); !errors.Is(err, syscall.EROFS) {
+		t.Fatalf("open for writing: %v, want EROFS", err)
+	}
+	open, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer open.Close()
+	if err := fsys.Remove("img"); err != nil {
+		t.Fatal(err)
+	}
+	got = make([]byte, 4096)
+	if _, err := open.ReadAt(got, 8192); err != nil || !bytes.Equal(got, want[8192:8192+4096]) || v.reads.Load() != 0 {
+		t.Fatalf("read of the open file after Remove: %v, equal %v, %d reads reached the volume",
+			err, bytes.Equal(got, want[8192:8192+4096]), v.reads.Load())
 	}
 }
