@@ -81,6 +81,7 @@ func command() *cobra.Command {
 			if f.Changed("direct-io") {
 				cfg.DirectIO = &directIO
 			}
+			set("local-images", &cfg.LocalImages, flags.LocalImages)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
 			if f.Changed("graphdriver-shared-store") {
 				cfg.GraphDriver.SharedStore = sharedStore
@@ -106,6 +107,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.GC.SnapshotHold, "snapshot-hold", "", "the node's lease keeps each snapshot it writes this long (default 1h)")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
+	f.StringVar(&flags.LocalImages, "local-images", "", "disk for local images, whole copies of images whose chunks are all on the node that the kernel reads by FUSE passthrough (default 16GiB; \"off\")")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
@@ -148,8 +150,8 @@ func run(cfg config.Daemon) error {
 	n, err := node.Open(ctx, node.Config{
 		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes, CacheNoDisk: noDisk,
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, StartupWindow: r.StartupWindow, Logger: log,
-		RootMode: node.RootMode(r.ContainerRoot),
-		Fetch:    fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
+		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
+		Fetch: fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
 				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},

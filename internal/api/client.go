@@ -152,7 +152,7 @@ func (c *Client) Stats(ctx context.Context) (NodeStats, error) {
 }
 
 // DropCaches empties the memory tier of the node cache, and with disk also its disk
-// tier (benchmarks use it for cold runs).
+// tier and the local images no image root reads (benchmarks use it for cold runs).
 func (c *Client) DropCaches(ctx context.Context, disk bool) error {
 	q := ""
 	if disk {

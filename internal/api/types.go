@@ -168,6 +168,17 @@ type NodeStats struct {
 	Mounted  int           `json:"mounted"`
 	RSSBytes int64         `json:"rss_bytes"`
 	PeakRSS  int64         `json:"peak_rss_bytes"`
+	// LocalImages are the whole local copies of images that image roots are read
+	// through by FUSE passthrough (docs/design.md, "Local images").
+	LocalImages LocalImageStats `json:"local_images"`
+}
+
+// LocalImageStats count a node's local images.
+type LocalImageStats struct {
+	Count   int   `json:"count"`   // written
+	Bytes   int64 `json:"bytes"`   // of disk they take
+	InUse   int   `json:"in_use"`  // read by an image root
+	Writing int   `json:"writing"` // being written
 }
 
 // TrimCacheRequest trims the node cache's disk tier to KeepBytes.

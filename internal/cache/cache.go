@@ -419,6 +419,23 @@ func (c *Cache) Cached(ch blockmap.Chunk) bool {
 	return inMem || onDisk || (summed && c.storeBacked())
 }
 
+// Local reports whether ch's bytes are on this machine: in the memory or disk tier,
+// or in the local store's object file. Reading it (Get, ReadChunk) then fetches
+// nothing, though it may read and verify a file.
+func (c *Cache) Local(ch blockmap.Chunk) bool {
+	if c.Cached(ch) {
+		return true
+	}
+	if c.noDisk && c.objects != nil {
+		if p := c.objects.ObjectFile(ch.Digest); p != "" {
+			if fi, err := os.Stat(p); err == nil && fi.Size() == ch.Size {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // storeBacked reports whether chunks are read by the block from the local store's
 // object files: they then need no copy in the memory tier.
 func (c *Cache) storeBacked() bool { return c.noDisk && c.objects != nil && c.sumN > 0 }

@@ -14,6 +14,9 @@ import (
 // DefaultRoot is where Slacker keeps its state unless told otherwise.
 const DefaultRoot = "/var/lib/slacker"
 
+// DefaultLocalImageBytes bounds the node's local images unless local_images says.
+const DefaultLocalImageBytes = 16 << 30
+
 // Daemon is slackerd's configuration. Sizes are strings such as "10GiB".
 type Daemon struct {
 	// Root holds node state (Root/node), the embedded store (Root/store) and names
@@ -55,6 +58,11 @@ type Daemon struct {
 	// "block" (a block-level clone per container: 4 KiB copy-on-write, a page cache
 	// of its own; docs/design.md says when to choose it).
 	ContainerRoot string `toml:"container_root"`
+	// LocalImages bounds the disk the node's local images take (default 16GiB;
+	// "off": none): an image whose chunks are all on the node is written into one
+	// local file, which the next image root of it is read through by FUSE
+	// passthrough, without slackerd in the path (docs/design.md, "Local images").
+	LocalImages string `toml:"local_images"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
 	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
@@ -114,6 +122,7 @@ type Resolved struct {
 	SnapshotHold                    time.Duration
 	StartupWindow                   time.Duration // negative: off
 	ContainerRoot                   string        // "shared" or "block"
+	LocalImageBytes                 int64         // 0: off
 }
 
 // Resolve checks d and parses its values.
@@ -212,6 +221,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 	}
 	if _, err := os.Stat(r.Root); err != nil && !os.IsNotExist(err) {
 		return r, err
+	}
+	switch d.LocalImages {
+	case "":
+		r.LocalImageBytes = DefaultLocalImageBytes
+	case "off":
+	default:
+		if r.LocalImageBytes, err = units.ParseBytes(d.LocalImages); err != nil || r.LocalImageBytes <= 0 {
+			return r, fmt.Errorf("local_images %q: want a size such as 16GiB, or off", d.LocalImages)
+		}
 	}
 	switch d.ContainerRoot {
 	case "", "shared":

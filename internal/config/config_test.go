@@ -101,6 +101,23 @@ func TestContainerRoot(t *testing.T) {
 	}
 }
 
+func TestLocalImages(t *testing.T) {
+	for value, want := range map[string]int64{"": DefaultLocalImageBytes, "off": 0, "2GiB": 2 << 30, "0": -1, "lots": -1} {
+		d := Defaults()
+		d.Root, d.LocalImages = t.TempDir(), value
+		r, err := d.Resolve()
+		if want < 0 {
+			if err == nil || !strings.Contains(err.Error(), "local_images") {
+				t.Errorf("%q: err %v, want one naming local_images", value, err)
+			}
+			continue
+		}
+		if err != nil || r.LocalImageBytes != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.LocalImageBytes, err, want)
+		}
+	}
+}
+
 // TestShippedConfig: the example in contrib/systemd loads and resolves.
 func TestShippedConfig(t *testing.T) {
 	d, err := Load("../../contrib/systemd/slackerd.toml")

@@ -327,11 +327,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) dropCache(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Query().Get("disk") != "" {
-		s.node.Cache().Purge()
-	} else {
-		s.node.Cache().DropMemory()
-	}
+	s.node.DropCaches(r.URL.Query().Get("disk") != "")
 	w.WriteHeader(http.StatusNoContent)
 }
 
@@ -339,7 +335,8 @@ func (s *Server) stats(w http.ResponseWriter, r *http.Request) {
 	st := s.node.Stats()
 	rss, peak := memory()
 	writeJSON(w, 200, api.NodeStats{Cache: api.CacheStats(st.Cache), Fetch: api.FetchStats(st.Fetch),
-		Prefetch: api.PrefetchStats(st.Prefetch), Volumes: st.Volumes, Mounted: st.Mounted, RSSBytes: rss, PeakRSS: peak})
+		Prefetch: api.PrefetchStats(st.Prefetch), Volumes: st.Volumes, Mounted: st.Mounted, RSSBytes: rss, PeakRSS: peak,
+		LocalImages: api.LocalImageStats(st.LocalImages)})
 }
 
 // memory returns this process's resident set size and its peak, from /proc.

@@ -48,6 +48,11 @@ type Config struct {
 	// RootMode is how container roots (volumes made with CreateOptions.Startup)
 	// are made when their CreateOptions.Mode is empty (RootShared).
 	RootMode RootMode
+	// LocalImageBytes bounds the disk of the node's local images (localimage.go):
+	// whole copies of snapshots whose chunks are all on the node, which image roots
+	// are read through by FUSE passthrough. 0: none; the image roots are then all
+	// read through this process.
+	LocalImageBytes int64
 	// StartupWindow is how long a container volume's reads are recorded as its
 	// image's start-up trace (0: prefetch.DefaultStartupWindow; negative: no traces are
 	// recorded or replayed).
@@ -115,6 +120,8 @@ type Node struct {
 
 	overlayOnce sync.Once
 	overlayErr  error // why this node cannot make shared roots
+
+	local *localImages // nil without Config.LocalImageBytes
 }
 
 type vol struct {
@@ -192,6 +199,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		popts.Traces = refs
 	}
 	n.prefetch = prefetch.New(n.cache, popts)
+	if cfg.LocalImageBytes > 0 {
+		if n.local, err = newLocalImages(filepath.Join(root, "images"), cfg.LocalImageBytes); err != nil {
+			return nil, fmt.Errorf("open node: %w", err)
+		}
+	}
 	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
 		Logger:    log,
 		PageCache: cfg.NoDirectIO,
@@ -433,6 +445,9 @@ type CreateOptions struct {
 	// the parent's upper layer lies under its own (Docker's init layer under a
 	// container's). A parent cannot be deleted while a root stands on it.
 	Parent string
+
+	// backing is the local image an image root is read through (passthrough).
+	backing *os.File
 }
 
 func randomID() string {
@@ -498,7 +513,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
 	}
 	x := &vol{v: v, r: r, rec: rec}
-	if x.file, err = n.fs.Add(id, v); err != nil {
+	if x.file, err = n.fs.AddBacked(id, v, opts.backing); err != nil {
 		r.Close()
 		v.Delete()
 		return VolumeInfo{}, err
@@ -879,10 +894,13 @@ type Stats struct {
 	Prefetch prefetch.Stats `json:"prefetch"`
 	Volumes  int            `json:"volumes"`
 	Mounted  int            `json:"mounted"`
+	// LocalImages are the whole local copies image roots are read through.
+	LocalImages LocalImageStats `json:"local_images"`
 }
 
 func (n *Node) Stats() Stats {
-	s := Stats{Cache: n.cache.Stats(), Fetch: n.fetcher.Stats(), Prefetch: n.prefetch.Stats()}
+	s := Stats{Cache: n.cache.Stats(), Fetch: n.fetcher.Stats(), Prefetch: n.prefetch.Stats(),
+		LocalImages: n.local.stats()}
 	for _, v := range n.Volumes() {
 		s.Volumes++
 		if v.Mountpoint != "" {
@@ -895,6 +913,18 @@ func (n *Node) Stats() Stats {
 // RootMode is how container roots are made when their CreateOptions.Mode is
 // empty (Config.RootMode, RootShared by default).
 func (n *Node) RootMode() RootMode { return n.cfg.RootMode }
+
+// DropCaches empties the memory tier of the node's cache; with disk, also its
+// disk tier and the local images no image root reads (a cold start, for
+// benchmarks and tests).
+func (n *Node) DropCaches(disk bool) {
+	if !disk {
+		n.cache.DropMemory()
+		return
+	}
+	n.cache.Purge()
+	n.local.drop()
+}
 
 // Cache returns the node's chunk cache.
 func (n *Node) Cache() *cache.Cache { return n.cache }
@@ -936,6 +966,7 @@ func (n *Node) Close(ctx context.Context) error {
 		x.gone = true
 		x.mu.Unlock()
 	}
+	n.local.close() // after the image roots it backs are unmounted
 	if n.cache != nil {
 		n.cache.Close()
 	}

@@ -53,6 +53,7 @@ type imageRoot struct {
 	mu    sync.Mutex // serializes making and releasing the mount
 	x     *vol       // the read-only clone, mounted; nil when there is none
 	users int
+	local bool // x is read through the snapshot's local image (one use of it)
 }
 
 // imageRootID names the volume of the read-only mount of snapshot s.
@@ -134,13 +135,28 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	defer ir.mu.Unlock()
 	if ir.x == nil {
 		id := imageRootID(snapshot)
+		backing := n.local.acquire(snapshot) // all of it on the node: the kernel reads it there
+		local := backing != nil
 		_, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: snapshot, Mode: RootBlock,
-			Labels: map[string]string{labels.Kind: labels.KindImageRoot}})
+			Labels: map[string]string{labels.Kind: labels.KindImageRoot}, backing: backing})
+		if local {
+			backing.Close() // the FUSE file has a descriptor of its own
+		}
+		unuse := func() {
+			if local {
+				n.local.release(snapshot)
+				local = false
+			}
+		}
+		if err != nil {
+			unuse() // not read through it (a volume left by a previous slackerd reads through this one)
+		}
 		if err != nil && !errors.Is(err, errdefs.ErrExists) {
 			return nil, fmt.Errorf("image root of %s: %w", snapshot, err)
 		}
-		if err == nil && startup {
-			// Before the mount: its first reads are the trace's first chunks.
+		if err == nil && startup && !local {
+			// Before the mount: its first reads are the trace's first chunks. (Read
+			// through a local image, it needs no prefetch and sees no reads to record.)
 			if x, err := n.get(id); err == nil {
 				x.r.BeginStartup(snapshot, fallback)
 			}
@@ -149,14 +165,17 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 			if derr := n.DeleteVolume(context.WithoutCancel(ctx), id); derr != nil {
 				n.log.Warn("volume-delete-failed", "volume", id, "err", derr)
 			}
+			unuse()
 			return nil, fmt.Errorf("image root of %s: %w", snapshot, err)
 		}
 		x, err := n.get(id)
 		if err != nil {
+			unuse()
 			return nil, err
 		}
-		ir.x = x
-		n.log.Info("image-root-mounted", "snapshot", snapshot, "volume", id, "mountpoint", x.mnt)
+		ir.x, ir.local = x, local
+		n.log.Info("image-root-mounted", "snapshot", snapshot, "volume", id, "mountpoint", x.mnt,
+			"local_image", local)
 	}
 	ir.users++
 	return ir, nil
@@ -177,7 +196,14 @@ func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *ima
 		n.log.Error("image-root-release-failed", "snapshot", snapshot, "volume", id, "err", err)
 		return
 	}
+	if ir.local {
+		n.local.release(snapshot) // the kernel reads the file no more: the volume is gone
+		ir.local = false
+	}
 	n.log.Info("image-root-released", "snapshot", snapshot, "volume", id)
+	// Its chunks may all be on the node now: the next image root of it reads them
+	// from one local file, through the kernel.
+	n.maybeMakeLocalImage(snapshot)
 }
 
 // createShared makes the shared root id of opts.Snapshot: its directory, record

@@ -9,8 +9,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fstree"
@@ -407,4 +409,217 @@ func TestSharedRootParent(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// TestLocalImage: when the last container of an image goes and every chunk of the
+// image is on the node (a local store), the node writes the image into one local
+// file; the next image root of it is read through that file by the kernel (FUSE
+// passthrough): its files read right, and slackerd's reader of the image root sees
+// none of those reads. Without local images, it keeps reading through slackerd.
+func TestLocalImage(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	for _, off := range []bool{false, true} {
+		t.Run(map[bool]string{false: "on", true: "off"}[off], func(t *testing.T) {
+			ctx := context.Background()
+			dir := t.TempDir()
+			st, err := local.Open(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
+				DefaultSize: 1 << 30, LocalImageBytes: map[bool]int64{false: 1 << 30, true: 0}[off]})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.Close(ctx) })
+			img, big := sharedImage(t, n)
+			run := func(id string) VolumeStats {
+				t.Helper()
+				if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img, Mode: RootShared}); err != nil {
+					t.Fatal(err)
+				}
+				v, err := n.MountVolume(ctx, id, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := dropCaches(); err != nil {
+					t.Fatal(err)
+				}
+				if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+					t.Fatalf("%s: the big file: %v", id, err)
+				}
+				info, err := n.Volume(id)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := n.DeleteVolume(ctx, id); err != nil {
+					t.Fatal(err)
+				}
+				return info.Stats
+			}
+			if st := run("first"); st.BaseReadBytes < int64(len(big)) {
+				t.Fatalf("the first root read %d bytes of its image through slackerd, want the file's %d", st.BaseReadBytes, len(big))
+			}
+			// The image's chunks are all in the local store: its local image is written.
+			for deadline := time.Now().Add(20 * time.Second); !off && n.Stats().LocalImages.Count == 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("no local image written")
+				}
+			}
+			if li := n.Stats().LocalImages; !off && (li.Count != 1 || li.Bytes < int64(len(big)) || li.Writing != 0) {
+				t.Fatalf("local images %+v; want the image's, written", li)
+			}
+			second := run("second")
+			if !off && second.BaseReadBytes != 0 {
+				t.Fatalf("the second root read %d bytes through slackerd; want none (its local image, by passthrough)", second.BaseReadBytes)
+			}
+			if off && (second.BaseReadBytes == 0 || n.Stats().LocalImages.Count != 0) {
+				t.Fatalf("local images off: %d bytes read through slackerd, local images %+v", second.BaseReadBytes, n.Stats().LocalImages)
+			}
+			if !off {
+				// Dropped with the disk tier when no image root reads it.
+				n.DropCaches(true)
+				if li := n.Stats().LocalImages; li.Count != 0 {
+					t.Fatalf("after DropCaches(true): local images %+v", li)
+				}
+			}
+		})
+	}
+}
+
+// dropCaches empties the page cache, so that reads reach the image root's device.
+func dropCaches() error {
+	unix.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
+}
+
+// TestLocalImageCorruptChunk: a chunk damaged in the local store after the image
+// was read is caught when the local image is written, and no local image is left:
+// the kernel never serves bytes that did not pass their digest.
+func TestLocalImageCorruptChunk(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
+		DefaultSize: 1 << 30, LocalImageBytes: 1 << 30})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(ctx) })
+	img, big := sharedImage(t, n)
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: RootShared}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, "c", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("the big file: %v", err)
+	}
+	m, err := n.Map(ctx, img)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Flip a byte in the middle of the largest chunk's object file.
+	largest := m.Chunks[0]
+	for _, c := range m.Chunks {
+		if c.Size > largest.Size {
+			largest = c
+		}
+	}
+	f, err := os.OpenFile(st.ObjectFile(largest.Digest), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	if _, err := f.ReadAt(b, largest.Size/2); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0xff
+	if _, err := f.WriteAt(b, largest.Size/2); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := n.DeleteVolume(ctx, "c"); err != nil { // the image's last root: a local image is tried
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); n.Stats().LocalImages.Writing != 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the local image is still being written")
+		}
+	}
+	if li := n.Stats().LocalImages; li.Count != 0 {
+		t.Fatalf("local images %+v after a corrupt chunk; want none", li)
+	}
+}
+
+// TestLocalImageLimit: local images stay under Config.LocalImageBytes: a new one
+// evicts the least recently used that no image root reads, and is not written
+// when only images in use could make room.
+func TestLocalImageLimit(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
+		DefaultSize: 1 << 30, LocalImageBytes: 24 << 20}) // room for one image of 16 MiB
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(ctx) })
+	a, _ := sharedImage(t, n)
+	b, _ := sharedImage(t, n)
+	start := func(id string, img digest.Digest) {
+		t.Helper()
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img, Mode: RootShared}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := n.MountVolume(ctx, id, false); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := func(id string) {
+		t.Helper()
+		if err := n.DeleteVolume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+		for deadline := time.Now().Add(20 * time.Second); n.Stats().LocalImages.Writing != 0; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("a local image is still being written")
+			}
+		}
+	}
+	has := func(img digest.Digest) bool { return n.local.has(img) }
+	start("a1", a)
+	stop("a1")
+	if !has(a) {
+		t.Fatal("no local image of a")
+	}
+	start("b1", b)
+	stop("b1")
+	if has(a) || !has(b) {
+		t.Fatalf("after b: local image of a %v, of b %v; want b's only (a's evicted)", has(a), has(b))
+	}
+	// b's local image in use by a root: a's cannot evict it.
+	start("b2", b)
+	start("a2", a)
+	stop("a2")
+	if has(a) || !has(b) {
+		t.Fatalf("with b in use: local image of a %v, of b %v; want b's only", has(a), has(b))
+	}
+	if li := n.Stats().LocalImages; li.Count != 1 || li.InUse != 1 || li.Bytes > 24<<20 {
+		t.Fatalf("local images %+v", li)
+	}
+	stop("b2")
 }

@@ -1,0 +1,294 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/atomicfile"
+	"github.com/slacker-dev/slacker/internal/blockmap"
+)
+
+// Local images. Once every chunk of an image snapshot is on the node, the node
+// writes the snapshot's bytes whole into one sparse local file (images/<hex>),
+// each chunk verified against its digest on the way, and the image roots it makes
+// of that snapshot afterwards are read through that file by FUSE passthrough: the
+// kernel reads it without a round trip to slackerd. A local image is made in the
+// background when an image root is released by its last container, and used by
+// the next image root of the snapshot; the roots already mounted keep their path.
+// The bytes the kernel reads this way are checked when the file is written, not at
+// every read, as any file on the node's disk; a node's local images go when it
+// closes or opens (they are made again, verified, when needed), so one is only ever
+// read by the slackerd that verified it. docs/design.md, "Local images".
+
+// localImages keeps the node's local image files, at most limit bytes of them.
+type localImages struct {
+	dir   string
+	limit int64
+	mu    sync.Mutex
+	// making holds the snapshots being written; users counts the image roots
+	// reading each local image (it is not evicted while one does).
+	making  map[digest.Digest]bool
+	users   map[digest.Digest]int
+	wg      sync.WaitGroup
+	writeMu sync.Mutex // held while a local image is written
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func newLocalImages(dir string, limit int64) (*localImages, error) {
+	// Left by a previous slackerd: it verified them, this one has not.
+	if err := os.RemoveAll(dir); err != nil {
+		return nil, fmt.Errorf("local images: %w", err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("local images: %w", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &localImages{dir: dir, limit: limit, making: map[digest.Digest]bool{},
+		users: map[digest.Digest]int{}, ctx: ctx, cancel: cancel}, nil
+}
+
+func (li *localImages) path(s digest.Digest) string { return filepath.Join(li.dir, s.Encoded()) }
+
+// acquire opens the local image of s for an image root about to read it, and
+// counts one more image root reading it; nil if there is none. The caller closes
+// the file once the image root holds its own descriptor (fusefs.AddBacked), and
+// pairs each acquire that returned a file with a release.
+func (li *localImages) acquire(s digest.Digest) *os.File {
+	if li == nil {
+		return nil
+	}
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	f, err := os.Open(li.path(s))
+	if err != nil {
+		return nil
+	}
+	li.users[s]++
+	now := time.Now()
+	os.Chtimes(li.path(s), now, now) // its place in the eviction order: used now
+	return f
+}
+
+// release counts one image root less reading the local image of s.
+func (li *localImages) release(s digest.Digest) {
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	if li.users[s]--; li.users[s] <= 0 {
+		delete(li.users, s)
+	}
+}
+
+// has reports whether the local image of s is written.
+func (li *localImages) has(s digest.Digest) bool {
+	_, err := os.Stat(li.path(s))
+	return err == nil
+}
+
+// makeRoom removes the local images no image root reads, least recently used
+// first, until size more bytes fit under the limit and in the filesystem's free
+// space (leaving a tenth of it free). It reports whether they fit. li.mu is held.
+func (li *localImages) makeRoom(size int64) bool {
+	entries, err := os.ReadDir(li.dir)
+	if err != nil {
+		return false
+	}
+	type file struct {
+		s     digest.Digest
+		bytes int64
+		used  time.Time
+	}
+	var files []file
+	var total int64
+	for _, e := range entries {
+		s := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
+		fi, err := e.Info()
+		if err != nil || s.Validate() != nil {
+			continue // a write under way (a temporary file): counted by its maker
+		}
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			continue
+		}
+		f := file{s: s, bytes: st.Blocks * 512, used: fi.ModTime()}
+		total += f.bytes
+		if li.users[s] == 0 {
+			files = append(files, f)
+		}
+	}
+	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
+	fits := func() bool {
+		var fs unix.Statfs_t
+		if unix.Statfs(li.dir, &fs) != nil {
+			return false
+		}
+		free, all := int64(fs.Bavail)*fs.Bsize, int64(fs.Blocks)*fs.Bsize
+		return total+size <= li.limit && free-size >= all/10
+	}
+	for len(files) > 0 && !fits() {
+		if os.Remove(li.path(files[0].s)) == nil {
+			total -= files[0].bytes
+		}
+		files = files[1:]
+	}
+	return fits()
+}
+
+// LocalImageStats count the node's local images.
+type LocalImageStats struct {
+	Count   int   `json:"count"`   // written
+	Bytes   int64 `json:"bytes"`   // of disk they take
+	InUse   int   `json:"in_use"`  // read by an image root
+	Writing int   `json:"writing"` // being written
+}
+
+func (li *localImages) stats() LocalImageStats {
+	var st LocalImageStats
+	if li == nil {
+		return st
+	}
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	st.InUse, st.Writing = len(li.users), len(li.making)
+	entries, _ := os.ReadDir(li.dir)
+	for _, e := range entries {
+		fi, err := e.Info()
+		if err != nil || digest.NewDigestFromEncoded(digest.SHA256, e.Name()).Validate() != nil {
+			continue
+		}
+		st.Count++
+		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+			st.Bytes += sys.Blocks * 512
+		}
+	}
+	return st
+}
+
+// drop removes the local images no image root reads.
+func (li *localImages) drop() {
+	if li == nil {
+		return
+	}
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	entries, _ := os.ReadDir(li.dir)
+	for _, e := range entries {
+		s := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
+		if s.Validate() == nil && li.users[s] == 0 {
+			os.Remove(li.path(s))
+		}
+	}
+}
+
+// close stops the writes under way and removes every local image.
+func (li *localImages) close() {
+	if li == nil {
+		return
+	}
+	li.cancel()
+	li.wg.Wait()
+	os.RemoveAll(li.dir)
+}
+
+// maybeMakeLocalImage starts writing the local image of snapshot in the background, unless
+// it exists, is being written, or some of its chunks are not on the node.
+func (n *Node) maybeMakeLocalImage(snapshot digest.Digest) {
+	li := n.local
+	if li == nil {
+		return
+	}
+	li.mu.Lock()
+	if li.making[snapshot] || li.has(snapshot) {
+		li.mu.Unlock()
+		return
+	}
+	li.making[snapshot] = true
+	li.wg.Add(1)
+	li.mu.Unlock()
+	go func() {
+		defer li.wg.Done()
+		defer func() {
+			li.mu.Lock()
+			delete(li.making, snapshot)
+			li.mu.Unlock()
+		}()
+		if err := n.makeLocalImage(li.ctx, snapshot); err != nil && !errors.Is(err, errNotLocal) {
+			n.log.Warn("local-image-failed", "snapshot", snapshot, "err", err)
+		}
+	}()
+}
+
+var errNotLocal = errors.New("not every chunk is on the node")
+
+// makeLocalImage writes snapshot's bytes into its local image, if every chunk of it
+// is on the node (cached, or in a local store): nothing is fetched for it.
+func (n *Node) makeLocalImage(ctx context.Context, snapshot digest.Digest) error {
+	m, err := n.Map(ctx, snapshot)
+	if err != nil {
+		return err
+	}
+	for _, c := range m.Chunks {
+		if !n.cache.Local(c) {
+			return errNotLocal
+		}
+	}
+	var bytes int64
+	for _, e := range m.Extents {
+		bytes += e.Length
+	}
+	li := n.local
+	li.writeMu.Lock() // one at a time: each counts what the others wrote
+	defer li.writeMu.Unlock()
+	li.mu.Lock()
+	fits := li.makeRoom(bytes)
+	li.mu.Unlock()
+	if !fits {
+		n.log.Info("local-image-skipped", "snapshot", snapshot, "bytes", bytes, "reason", "no room",
+			"limit", li.limit)
+		return nil
+	}
+	start := time.Now()
+	path := li.path(snapshot)
+	p, err := atomicfile.Create(path, 0o400)
+	if err != nil {
+		return err
+	}
+	defer p.Abort()
+	if err := p.Truncate(m.Size); err != nil {
+		return err
+	}
+	var last blockmap.Chunk
+	var data []byte
+	var written int64
+	for _, e := range m.Extents {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		c := m.Chunks[e.Chunk]
+		if c.Digest != last.Digest {
+			if data, _, err = n.cache.Get(ctx, c); err != nil { // verified against its digest
+				return fmt.Errorf("chunk %s: %w", c.Digest, err)
+			}
+			last = c
+		}
+		if _, err := p.WriteAt(data[e.ChunkOffset:e.ChunkOffset+e.Length], e.Offset); err != nil {
+			return err
+		}
+		written += e.Length
+	}
+	if err := p.Commit(); err != nil {
+		return err
+	}
+	n.log.Info("local-image-written", "snapshot", snapshot, "path", path, "bytes", written, "took", time.Since(start))
+	return nil
+}
