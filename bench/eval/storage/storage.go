@@ -65,12 +65,14 @@ var targetDesc = map[string]string{
 // on the same root: where the data is when the run begins.
 const (
 	// PhaseNode: the data is on the node. Every test file was read whole through
-	// the root (the page cache dropped after), so slackerd's cache holds what it
-	// keeps of the files (Sample.CachedBytes).
+	// the root, which was then given back, and fio reads a new root of the image
+	// (the next container's): slackerd's cache holds what it keeps of the files
+	// (Sample.CachedBytes), and its local image of the image if it wrote one
+	// (Sample.LocalImageBytes). The page cache is dropped.
 	PhaseNode = "node"
-	// PhaseStore: the chunks are in the local store but not in the cache.
-	// slackerd's cache was purged (memory and disk tiers) and the page cache
-	// dropped.
+	// PhaseStore: the chunks are in the local store but not in the cache. The
+	// root was given back, slackerd's cache purged (memory and disk tiers, local
+	// images), and fio reads a new root; the page cache is dropped.
 	PhaseStore = "store"
 )
 
@@ -94,6 +96,9 @@ type Sample struct {
 	// reads were served).
 	CachedBytes int64            `json:"cached_bytes,omitempty"`
 	Cache       []api.CacheStats `json:"cache,omitempty"`
+	// LocalImageBytes, in those phases, is the disk slackerd's local images took
+	// when the run began (the root is read through its image's, if it has one).
+	LocalImageBytes int64 `json:"local_image_bytes,omitempty"`
 }
 
 // Config is the run's fio configuration.
@@ -312,19 +317,21 @@ func measure(ctx context.Context, o Options, meta *eval.Meta, t target, files []
 				}
 				if st, ok := t.(*sysTarget); ok && st.slacker() != nil {
 					for _, phase := range []string{PhaseNode, PhaseStore} {
-						before, err := st.prepare(ctx, phase, root, files)
-						if err != nil {
+						var before api.NodeStats
+						if root, before, err = st.prepare(ctx, phase, root, files); err != nil {
 							meta.Fail("%s %s run %d: %v", t.name(), phase, run, err)
 							o.Progress.Printf("FAILED %s %s: %v", t.name(), phase, err)
 							break
 						}
-						held := before.MemBytes + before.DiskBytes
-						o.Progress.Printf("run %d %-16s %s: slackerd's cache holds %s", run, t.name(), phase, corpus.HumanBytes(held))
+						held := before.Cache.MemBytes + before.Cache.DiskBytes
+						o.Progress.Printf("run %d %-16s %s: slackerd's cache holds %s, local images %s", run, t.name(), phase,
+							corpus.HumanBytes(held), corpus.HumanBytes(before.LocalImages.Bytes))
 						if !do(job(root, rw, 4096, o.Runtime), phase) {
 							continue
 						}
 						smp := &out[len(out)-1]
-						smp.CachedBytes, smp.Cache = held, []api.CacheStats{before}
+						smp.CachedBytes, smp.Cache = held, []api.CacheStats{before.Cache}
+						smp.LocalImageBytes = before.LocalImages.Bytes
 						if after, err := st.slacker().Client().Stats(ctx); err == nil {
 							smp.Cache = append(smp.Cache, after.Cache)
 						}
@@ -427,31 +434,64 @@ func (t *sysTarget) slacker() *rig.Slacker {
 	return s
 }
 
-// prepare puts the open Slacker root's data where phase says: PhaseNode reads
-// every file whole through the root at root, so that slackerd's cache keeps what
-// it can of them; PhaseStore purges slackerd's cache, memory and disk tiers. Both
-// drop the page cache after. It returns slackerd's cache statistics then.
-func (t *sysTarget) prepare(ctx context.Context, phase, root string, files []string) (api.CacheStats, error) {
+// prepare puts the Slacker root's data where phase says, and returns the root
+// fio then reads and slackerd's statistics at that moment. PhaseNode reads every
+// file whole through the open root at root, so that the node keeps what it can of
+// them, and then gives the root back and takes a new one, as the next container
+// of the image would, once slackerd has written what it writes when the image's
+// last root goes (its local image, docs/design.md). PhaseStore gives the root back,
+// purges slackerd's cache (memory and disk tiers, local images) and takes a new
+// root. Both drop the page cache last.
+func (t *sysTarget) prepare(ctx context.Context, phase, root string, files []string) (string, api.NodeStats, error) {
 	c := t.slacker().Client()
 	switch phase {
 	case PhaseNode:
 		for _, f := range files {
 			if err := readAll(filepath.Join(root, f)); err != nil {
-				return api.CacheStats{}, fmt.Errorf("read the data onto the node: %w", err)
+				return "", api.NodeStats{}, fmt.Errorf("read the data onto the node: %w", err)
 			}
 		}
 	case PhaseStore:
-		if err := c.DropCaches(ctx, true); err != nil {
-			return api.CacheStats{}, fmt.Errorf("purge slackerd's cache: %w", err)
-		}
 	default:
-		return api.CacheStats{}, fmt.Errorf("unknown phase %q", phase)
+		return "", api.NodeStats{}, fmt.Errorf("unknown phase %q", phase)
 	}
-	if err := rig.DropCaches(); err != nil {
-		return api.CacheStats{}, err
+	if err := t.release(); err != nil {
+		return "", api.NodeStats{}, err
+	}
+	if phase == PhaseStore {
+		if err := c.DropCaches(ctx, true); err != nil {
+			return "", api.NodeStats{}, fmt.Errorf("purge slackerd's cache: %w", err)
+		}
+	} else if err := waitLocalImages(ctx, c); err != nil {
+		return "", api.NodeStats{}, err
+	}
+	root, err := t.mount(ctx)
+	if err != nil {
+		return "", api.NodeStats{}, err
 	}
 	st, err := c.Stats(ctx)
-	return st.Cache, err
+	return root, st, err
+}
+
+// waitLocalImages waits until slackerd writes no local image, at most 10 minutes.
+func waitLocalImages(ctx context.Context, c *api.Client) error {
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	time.Sleep(100 * time.Millisecond) // a write begins right after the release
+	for {
+		st, err := c.Stats(ctx)
+		if err != nil {
+			return fmt.Errorf("wait for local images: %w", err)
+		}
+		if st.LocalImages.Writing == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("wait for local images: %w", ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // readAll reads the file at path to its end, 1 MiB at a time.
@@ -475,6 +515,11 @@ func (t *sysTarget) open(ctx context.Context) (string, error) {
 	if err := t.sys.Cold(ctx); err != nil {
 		return "", err
 	}
+	return t.mount(ctx)
+}
+
+// mount takes a new root of the image and drops the page cache.
+func (t *sysTarget) mount(ctx context.Context) (string, error) {
 	root, release, err := t.sys.Mount(ctx, t.ref)
 	if err != nil {
 		return "", err

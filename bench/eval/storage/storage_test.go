@@ -120,10 +120,10 @@ func TestSectionReadStates(t *testing.T) {
 	if len(st.Rows) != 2 {
 		t.Fatalf("read states %v", st.Rows)
 	}
-	if got := strings.Join(st.Rows[0], "|"); got != "slacker|40k|100µs / 900µs|67.1MB of 67.1MB|2000|100µs / 900µs|0.5x|0.025x" {
+	if got := strings.Join(st.Rows[0], "|"); got != "slacker|40k|100µs / 900µs|67.1MB / 0 of 67.1MB|2000|100µs / 900µs|0.5x|0.025x" {
 		t.Fatalf("slacker row %s", got)
 	}
-	if got := strings.Join(st.Rows[1], "|"); got != "slacker-block|20k|100µs / 900µs|67.1MB of 67.1MB|4000|100µs / 900µs|0.25x|0.05x" {
+	if got := strings.Join(st.Rows[1], "|"); got != "slacker-block|20k|100µs / 900µs|67.1MB / 0 of 67.1MB|4000|100µs / 900µs|0.25x|0.05x" {
 		t.Fatalf("slacker-block row %s", got)
 	}
 	if f := sec.Figures[1]; f.File != "storage-read-states.svg" || !strings.Contains(f.SVG, "slacker-block") || !strings.Contains(f.SVG, "chunks in the local store, not in the cache") {
