@@ -179,6 +179,8 @@ type LocalImageStats struct {
 	Bytes   int64 `json:"bytes"`   // of disk they take
 	InUse   int   `json:"in_use"`  // read by an image root
 	Writing int   `json:"writing"` // being written
+	// Pending counts the idle image roots whose local image is yet to be tried.
+	Pending int `json:"pending"`
 }
 
 // TrimCacheRequest trims the node cache's disk tier to KeepBytes.

@@ -14,6 +14,10 @@ import (
 // DefaultRoot is where Slacker keeps its state unless told otherwise.
 const DefaultRoot = "/var/lib/slacker"
 
+// DefaultImageRootLinger is how long an idle image root stays mounted unless
+// image_root_linger says.
+const DefaultImageRootLinger = 5 * time.Minute
+
 // DefaultLocalImageBytes bounds the node's local images unless local_images says.
 const DefaultLocalImageBytes = 16 << 30
 
@@ -63,6 +67,10 @@ type Daemon struct {
 	// local file, which the next image root of it is read through by FUSE
 	// passthrough, without slackerd in the path (docs/design.md, "Local images").
 	LocalImages string `toml:"local_images"`
+	// ImageRootLinger is how long an image's read-only root stays mounted after
+	// its last container goes, its page cache kept for the next one (default 5m;
+	// "off": it goes with its last container). docs/design.md, "Idle image roots".
+	ImageRootLinger string `toml:"image_root_linger"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
 	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
@@ -123,6 +131,7 @@ type Resolved struct {
 	StartupWindow                   time.Duration // negative: off
 	ContainerRoot                   string        // "shared" or "block"
 	LocalImageBytes                 int64         // 0: off
+	ImageRootLinger                 time.Duration // 0: off
 }
 
 // Resolve checks d and parses its values.
@@ -229,6 +238,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 	default:
 		if r.LocalImageBytes, err = units.ParseBytes(d.LocalImages); err != nil || r.LocalImageBytes <= 0 {
 			return r, fmt.Errorf("local_images %q: want a size such as 16GiB, or off", d.LocalImages)
+		}
+	}
+	switch d.ImageRootLinger {
+	case "":
+		r.ImageRootLinger = DefaultImageRootLinger
+	case "off":
+	default:
+		if r.ImageRootLinger, err = time.ParseDuration(d.ImageRootLinger); err != nil || r.ImageRootLinger <= 0 {
+			return r, fmt.Errorf("image_root_linger %q: want a positive duration such as 5m, or off", d.ImageRootLinger)
 		}
 	}
 	switch d.ContainerRoot {

@@ -118,6 +118,23 @@ func TestLocalImages(t *testing.T) {
 	}
 }
 
+func TestImageRootLinger(t *testing.T) {
+	for value, want := range map[string]time.Duration{"": DefaultImageRootLinger, "off": 0, "30s": 30 * time.Second, "0s": -1, "-1m": -1, "soon": -1} {
+		d := Defaults()
+		d.Root, d.ImageRootLinger = t.TempDir(), value
+		r, err := d.Resolve()
+		if want < 0 {
+			if err == nil || !strings.Contains(err.Error(), "image_root_linger") {
+				t.Errorf("%q: err %v, want one naming image_root_linger", value, err)
+			}
+			continue
+		}
+		if err != nil || r.ImageRootLinger != want {
+			t.Errorf("%q: %v, err %v; want %v", value, r.ImageRootLinger, err, want)
+		}
+	}
+}
+
 // TestShippedConfig: the example in contrib/systemd loads and resolves.
 func TestShippedConfig(t *testing.T) {
 	d, err := Load("../../contrib/systemd/slackerd.toml")

@@ -327,7 +327,7 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 }
 
 func (s *Server) dropCache(w http.ResponseWriter, r *http.Request) {
-	s.node.DropCaches(r.URL.Query().Get("disk") != "")
+	s.node.DropCaches(r.Context(), r.URL.Query().Get("disk") != "")
 	w.WriteHeader(http.StatusNoContent)
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -39,6 +40,7 @@ type localImages struct {
 	// reading each local image (it is not evicted while one does).
 	making  map[digest.Digest]bool
 	users   map[digest.Digest]int
+	pending atomic.Int64 // idle image roots whose local image is yet to be tried
 	wg      sync.WaitGroup
 	writeMu sync.Mutex // held while a local image is written
 	ctx     context.Context
@@ -150,6 +152,9 @@ type LocalImageStats struct {
 	Bytes   int64 `json:"bytes"`   // of disk they take
 	InUse   int   `json:"in_use"`  // read by an image root
 	Writing int   `json:"writing"` // being written
+	// Pending counts the idle image roots whose local image will be tried when
+	// they have been idle localImageSettle.
+	Pending int `json:"pending"`
 }
 
 func (li *localImages) stats() LocalImageStats {
@@ -159,7 +164,7 @@ func (li *localImages) stats() LocalImageStats {
 	}
 	li.mu.Lock()
 	defer li.mu.Unlock()
-	st.InUse, st.Writing = len(li.users), len(li.making)
+	st.InUse, st.Writing, st.Pending = len(li.users), len(li.making), int(li.pending.Load())
 	entries, _ := os.ReadDir(li.dir)
 	for _, e := range entries {
 		fi, err := e.Info()
@@ -200,16 +205,23 @@ func (li *localImages) close() {
 	os.RemoveAll(li.dir)
 }
 
-// maybeMakeLocalImage starts writing the local image of snapshot in the background, unless
-// it exists, is being written, or some of its chunks are not on the node.
-func (n *Node) maybeMakeLocalImage(snapshot digest.Digest) {
+// maybeMakeLocalImage starts writing the local image of snapshot in the
+// background, unless it exists, is being written, or some of its chunks are not on
+// the node. done, if not nil, is called once with whether a local image of
+// snapshot was written by this call.
+func (n *Node) maybeMakeLocalImage(snapshot digest.Digest, done func(written bool)) {
+	if done == nil {
+		done = func(bool) {}
+	}
 	li := n.local
 	if li == nil {
+		done(false)
 		return
 	}
 	li.mu.Lock()
-	if li.making[snapshot] || li.has(snapshot) {
+	if li.making[snapshot] || li.has(snapshot) || n.closing.Load() {
 		li.mu.Unlock()
+		done(false)
 		return
 	}
 	li.making[snapshot] = true
@@ -217,14 +229,16 @@ func (n *Node) maybeMakeLocalImage(snapshot digest.Digest) {
 	li.mu.Unlock()
 	go func() {
 		defer li.wg.Done()
-		defer func() {
-			li.mu.Lock()
-			delete(li.making, snapshot)
-			li.mu.Unlock()
-		}()
-		if err := n.makeLocalImage(li.ctx, snapshot); err != nil && !errors.Is(err, errNotLocal) {
+		err := n.makeLocalImage(li.ctx, snapshot)
+		if err != nil && !errors.Is(err, errNotLocal) {
 			n.log.Warn("local-image-failed", "snapshot", snapshot, "err", err)
 		}
+		// Before the write is over for Stats: what done does (the idle root goes)
+		// is part of it.
+		done(err == nil && li.has(snapshot))
+		li.mu.Lock()
+		delete(li.making, snapshot)
+		li.mu.Unlock()
 	}()
 }
 

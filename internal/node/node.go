@@ -15,6 +15,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -53,6 +54,10 @@ type Config struct {
 	// are read through by FUSE passthrough. 0: none; the image roots are then all
 	// read through this process.
 	LocalImageBytes int64
+	// ImageRootLinger is how long an image root no container uses stays mounted,
+	// its page cache kept for the image's next container (0: it goes with its last
+	// container). It goes sooner when its local image is written, or on DropCaches.
+	ImageRootLinger time.Duration
 	// StartupWindow is how long a container volume's reads are recorded as its
 	// image's start-up trace (0: prefetch.DefaultStartupWindow; negative: no traces are
 	// recorded or replayed).
@@ -122,6 +127,8 @@ type Node struct {
 	overlayErr  error // why this node cannot make shared roots
 
 	local *localImages // nil without Config.LocalImageBytes
+
+	closing atomic.Bool // Close has begun: image roots no longer linger
 }
 
 type vol struct {
@@ -914,10 +921,12 @@ func (n *Node) Stats() Stats {
 // empty (Config.RootMode, RootShared by default).
 func (n *Node) RootMode() RootMode { return n.cfg.RootMode }
 
-// DropCaches empties the memory tier of the node's cache; with disk, also its
-// disk tier and the local images no image root reads (a cold start, for
-// benchmarks and tests).
-func (n *Node) DropCaches(disk bool) {
+// DropCaches makes the node cold for the next container (benchmarks and tests):
+// the image roots no container uses are unmounted (their page cache goes with
+// them), and the memory tier of the cache is emptied; with disk, also its disk
+// tier and the local images no image root reads.
+func (n *Node) DropCaches(ctx context.Context, disk bool) {
+	n.unmountIdleImages(ctx)
 	if !disk {
 		n.cache.DropMemory()
 		return
@@ -933,14 +942,26 @@ func (n *Node) Cache() *cache.Cache { return n.cache }
 func (n *Node) Root() string { return n.cfg.Root }
 
 // Close unmounts every volume (keeping their records, so the next Open mounts them
-// again), closes them and unmounts the FUSE directory.
+// again), closes them and unmounts the FUSE directory. A second Close does nothing.
 func (n *Node) Close(ctx context.Context) error {
+	if n.closing.Swap(true) {
+		return nil // closed already
+	}
 	// Start-up traces being looked up or written finish first (each is bounded by
 	// its own deadline); replays and loads ahead stop.
 	if n.prefetch != nil {
 		n.prefetch.Close(ctx)
 	}
 	n.lease.close()
+	n.imagesMu.Lock()
+	for _, ir := range n.images {
+		ir.mu.Lock()
+		if ir.users == 0 {
+			n.wakeLocked(ir) // a lingering root is unmounted below, with the others
+		}
+		ir.mu.Unlock()
+	}
+	n.imagesMu.Unlock()
 	n.mu.Lock()
 	xs := make([]*vol, 0, len(n.vols))
 	for _, x := range n.vols {

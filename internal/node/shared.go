@@ -54,7 +54,19 @@ type imageRoot struct {
 	x     *vol       // the read-only clone, mounted; nil when there is none
 	users int
 	local bool // x is read through the snapshot's local image (one use of it)
+	// While no container uses x, it lingers (Config.ImageRootLinger), its page
+	// cache kept for the image's next container: linger ends it, settle starts
+	// the image's local image once the root has been idle a while. idle counts
+	// the idle spells: a timer of an earlier one does nothing.
+	linger, settle *time.Timer
+	idle           uint64
 }
+
+// localImageSettle is how long an image root stays idle before its local image is
+// written: containers of the image started in quick succession (a CI job's steps)
+// keep the warm root and pay nothing for a local image they would not read. A
+// variable for the tests.
+var localImageSettle = 10 * time.Second
 
 // imageRootID names the volume of the read-only mount of snapshot s.
 func imageRootID(s digest.Digest) string { return "image-" + s.Encoded() }
@@ -133,6 +145,9 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	ir.mu.Lock() // held while the mount is made: other users of the image wait for it
 	n.imagesMu.Unlock()
 	defer ir.mu.Unlock()
+	if ir.users == 0 {
+		n.wakeLocked(ir) // a lingering root serves its next container, page cache and all
+	}
 	if ir.x == nil {
 		id := imageRootID(snapshot)
 		backing := n.local.acquire(snapshot) // all of it on the node: the kernel reads it there
@@ -181,8 +196,11 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	return ir, nil
 }
 
-// releaseImage counts one user less of ir, and when it had the last, unmounts the
-// image root and deletes its volume (a clone never written: nothing is lost).
+// releaseImage counts one user less of ir. When it had the last, the image root
+// lingers for Config.ImageRootLinger, unmounted then if no container took it
+// again; after localImageSettle idle, the image's local image is written if all
+// of it is on the node, and once it is, the idle root goes at once, so that the
+// next one reads through it (localimage.go). No linger: the root goes now.
 func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *imageRoot) {
 	ir.mu.Lock()
 	defer ir.mu.Unlock()
@@ -190,6 +208,76 @@ func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *ima
 	if ir.users > 0 || ir.x == nil {
 		return
 	}
+	if n.cfg.ImageRootLinger <= 0 || n.closing.Load() {
+		n.unmountImageLocked(ctx, snapshot, ir, "released")
+		n.maybeMakeLocalImage(snapshot, nil)
+		return
+	}
+	ir.idle++
+	spell := ir.idle
+	ir.linger = time.AfterFunc(n.cfg.ImageRootLinger, func() { n.expireImage(snapshot, ir, spell, "idle") })
+	if !ir.local && n.local != nil {
+		n.local.pending.Add(1)
+		ir.settle = time.AfterFunc(localImageSettle, func() {
+			n.local.pending.Add(-1)
+			n.maybeMakeLocalImage(snapshot, func(written bool) {
+				if written {
+					n.expireImage(snapshot, ir, spell, "local-image-written")
+				}
+			})
+		})
+	}
+}
+
+// wakeLocked ends ir's idle spell, if it is in one: its timers stop, and those
+// that fire all the same find a later spell. ir.mu is held.
+func (n *Node) wakeLocked(ir *imageRoot) {
+	ir.idle++
+	if ir.linger != nil {
+		ir.linger.Stop()
+		ir.linger = nil
+	}
+	if ir.settle != nil {
+		if ir.settle.Stop() {
+			n.local.pending.Add(-1)
+		}
+		ir.settle = nil
+	}
+}
+
+// expireImage unmounts ir if it is still in the idle spell spell.
+func (n *Node) expireImage(snapshot digest.Digest, ir *imageRoot, spell uint64, why string) {
+	ir.mu.Lock()
+	defer ir.mu.Unlock()
+	if ir.idle != spell || ir.users > 0 || ir.x == nil || n.closing.Load() {
+		return
+	}
+	n.wakeLocked(ir)
+	n.unmountImageLocked(context.Background(), snapshot, ir, why)
+}
+
+// unmountIdleImages unmounts every image root no container uses (a cold start:
+// DropCaches).
+func (n *Node) unmountIdleImages(ctx context.Context) {
+	n.imagesMu.Lock()
+	irs := make(map[digest.Digest]*imageRoot, len(n.images))
+	for s, ir := range n.images {
+		irs[s] = ir
+	}
+	n.imagesMu.Unlock()
+	for s, ir := range irs {
+		ir.mu.Lock()
+		if ir.users == 0 && ir.x != nil {
+			n.wakeLocked(ir)
+			n.unmountImageLocked(ctx, s, ir, "caches-dropped")
+		}
+		ir.mu.Unlock()
+	}
+}
+
+// unmountImageLocked unmounts the image root and deletes its volume (a clone
+// never written: nothing is lost). ir.mu is held.
+func (n *Node) unmountImageLocked(ctx context.Context, snapshot digest.Digest, ir *imageRoot, why string) {
 	id := ir.x.rec.ID
 	ir.x = nil
 	if err := n.DeleteVolume(ctx, id); err != nil {
@@ -200,10 +288,7 @@ func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *ima
 		n.local.release(snapshot) // the kernel reads the file no more: the volume is gone
 		ir.local = false
 	}
-	n.log.Info("image-root-released", "snapshot", snapshot, "volume", id)
-	// Its chunks may all be on the node now: the next image root of it reads them
-	// from one local file, through the kernel.
-	n.maybeMakeLocalImage(snapshot)
+	n.log.Info("image-root-released", "snapshot", snapshot, "volume", id, "why", why)
 }
 
 // createShared makes the shared root id of opts.Snapshot: its directory, record

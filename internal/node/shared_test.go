@@ -413,9 +413,11 @@ func TestSharedRootParent(t *testing.T) {
 
 // TestLocalImage: when the last container of an image goes and every chunk of the
 // image is on the node (a local store), the node writes the image into one local
-// file; the next image root of it is read through that file by the kernel (FUSE
-// passthrough): its files read right, and slackerd's reader of the image root sees
-// none of those reads. Without local images, it keeps reading through slackerd.
+// file, once the image root has been idle localImageSettle, and then unmounts the
+// idle root without waiting for its linger to end; the next image root of it is
+// read through that file by the kernel (FUSE passthrough): its files read right,
+// and slackerd's reader of the image root sees none of those reads. Without local
+// images, it keeps reading through slackerd.
 func TestLocalImage(t *testing.T) {
 	requirePrivileged(t)
 	testutil.RequireOverlay(t)
@@ -427,8 +429,12 @@ func TestLocalImage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			settle := localImageSettle
+			localImageSettle = 50 * time.Millisecond
+			t.Cleanup(func() { localImageSettle = settle })
 			n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
-				DefaultSize: 1 << 30, LocalImageBytes: map[bool]int64{false: 1 << 30, true: 0}[off]})
+				DefaultSize: 1 << 30, LocalImageBytes: map[bool]int64{false: 1 << 30, true: 0}[off],
+				ImageRootLinger: map[bool]time.Duration{false: time.Hour, true: 0}[off]})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -470,6 +476,15 @@ func TestLocalImage(t *testing.T) {
 			if li := n.Stats().LocalImages; !off && (li.Count != 1 || li.Bytes < int64(len(big)) || li.Writing != 0) {
 				t.Fatalf("local images %+v; want the image's, written", li)
 			}
+			// The idle root went when its local image was written, an hour before its linger's end.
+			for deadline := time.Now().Add(20 * time.Second); !off; time.Sleep(20 * time.Millisecond) {
+				if _, err := n.Volume(imageRootID(img)); errors.Is(err, errdefs.ErrNotFound) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Fatal("the idle image root is still mounted after its local image was written")
+				}
+			}
 			second := run("second")
 			if !off && second.BaseReadBytes != 0 {
 				t.Fatalf("the second root read %d bytes through slackerd; want none (its local image, by passthrough)", second.BaseReadBytes)
@@ -479,7 +494,7 @@ func TestLocalImage(t *testing.T) {
 			}
 			if !off {
 				// Dropped with the disk tier when no image root reads it.
-				n.DropCaches(true)
+				n.DropCaches(ctx, true)
 				if li := n.Stats().LocalImages; li.Count != 0 {
 					t.Fatalf("after DropCaches(true): local images %+v", li)
 				}
@@ -622,4 +637,109 @@ func TestLocalImageLimit(t *testing.T) {
 		t.Fatalf("local images %+v", li)
 	}
 	stop("b2")
+}
+
+// TestImageRootLinger: an image root outlives its last container for
+// Config.ImageRootLinger: the image's next container stands on the same mount
+// (its page cache kept), and it goes when the linger ends, on DropCaches, or when
+// the node closes.
+func TestImageRootLinger(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const linger = 2 * time.Second
+	n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
+		DefaultSize: 1 << 30, ImageRootLinger: linger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(ctx) })
+	img, big := sharedImage(t, n)
+	root := imageRootID(img)
+	use := func(id string) {
+		t.Helper()
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img, Mode: RootShared}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := n.MountVolume(ctx, id, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("%s: the big file: %v", id, err)
+		}
+		if err := n.DeleteVolume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mounted := func() (VolumeInfo, bool) {
+		info, err := n.Volume(root)
+		return info, err == nil && info.Mountpoint != ""
+	}
+	use("first")
+	first, ok := mounted()
+	if !ok {
+		t.Fatal("the image root went with its last container; want it to linger")
+	}
+	read := first.Stats.BaseReadBytes
+	use("second") // within the linger: the same mount, its page cache warm
+	second, ok := mounted()
+	if !ok || second.Created != first.Created || second.Mountpoint != first.Mountpoint {
+		t.Fatalf("the second container's image root %+v; want the first's %+v, still mounted", second, first)
+	}
+	if again := second.Stats.BaseReadBytes - read; again >= int64(len(big)) {
+		t.Fatalf("the second container read %d bytes of the image through slackerd; want the page cache's", again)
+	}
+	// The linger ends: the root goes.
+	for deadline := time.Now().Add(linger + 10*time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if _, err := n.Volume(root); errors.Is(err, errdefs.ErrNotFound) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the image root is still there %v after its linger of %v", linger+10*time.Second, linger)
+		}
+	}
+	// DropCaches unmounts an idle root at once; a root in use stays.
+	use("third")
+	if _, ok := mounted(); !ok {
+		t.Fatal("no lingering root after the third container")
+	}
+	n.DropCaches(ctx, false)
+	if _, err := n.Volume(root); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after DropCaches, the idle image root: %v; want it gone", err)
+	}
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "busy", Snapshot: img, Mode: RootShared}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.MountVolume(ctx, "busy", false); err != nil {
+		t.Fatal(err)
+	}
+	n.DropCaches(ctx, true)
+	if _, ok := mounted(); !ok {
+		t.Fatal("DropCaches unmounted an image root a container uses")
+	}
+	if err := n.DeleteVolume(ctx, "busy"); err != nil {
+		t.Fatal(err)
+	}
+	// A lingering root goes when the node closes, and is not there when it opens.
+	if _, ok := mounted(); !ok {
+		t.Fatal("no lingering root before the close")
+	}
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	n2, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
+		DefaultSize: 1 << 30, ImageRootLinger: linger})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n2.Close(ctx)
+	if _, err := n2.Volume(root); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("after a restart, the image root no container used: %v; want it gone", err)
+	}
 }

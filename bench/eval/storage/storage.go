@@ -473,17 +473,18 @@ func (t *sysTarget) prepare(ctx context.Context, phase, root string, files []str
 	return root, st, err
 }
 
-// waitLocalImages waits until slackerd writes no local image, at most 10 minutes.
+// waitLocalImages waits until slackerd has tried the local images of its idle
+// image roots (they are tried once a root has been idle a few seconds) and writes
+// none, at most 10 minutes.
 func waitLocalImages(ctx context.Context, c *api.Client) error {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
-	time.Sleep(100 * time.Millisecond) // a write begins right after the release
 	for {
 		st, err := c.Stats(ctx)
 		if err != nil {
 			return fmt.Errorf("wait for local images: %w", err)
 		}
-		if st.LocalImages.Writing == 0 {
+		if st.LocalImages.Pending == 0 && st.LocalImages.Writing == 0 {
 			return nil
 		}
 		select {
