@@ -85,8 +85,11 @@ type Volume struct {
 	File       string            `json:"file"`
 	Mode       string            `json:"mode,omitempty"`  // "shared" for a shared root
 	Image      digest.Digest     `json:"image,omitempty"` // a shared root's image snapshot
-	Created    time.Time         `json:"created"`
-	Stats      VolumeStats       `json:"stats"`
+	// Idle, for an image root: no container stands on it; it lingers for the
+	// image's next container (image_root_linger), then goes.
+	Idle    bool        `json:"idle,omitempty"`
+	Created time.Time   `json:"created"`
+	Stats   VolumeStats `json:"stats"`
 }
 
 // MountRequest mounts a volume.

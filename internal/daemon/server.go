@@ -178,7 +178,7 @@ func (s *Server) info(w http.ResponseWriter, r *http.Request) {
 func volumeOf(v node.VolumeInfo) api.Volume {
 	return api.Volume{ID: v.ID, Labels: v.Labels, Base: v.Base, Size: v.Size, Mounted: v.Mountpoint != "",
 		ReadOnly: v.ReadOnly, Mountpoint: v.Mountpoint, Device: v.Device, File: v.File, Created: v.Created,
-		Mode: string(v.Mode), Image: v.Image,
+		Mode: string(v.Mode), Image: v.Image, Idle: v.Idle,
 		Stats: api.VolumeStats{ReadBytes: v.Stats.ReadBytes, WrittenBytes: v.Stats.WrittenBytes,
 			BaseReadBytes: v.Stats.BaseReadBytes, FetchedBytes: v.Stats.FetchedBytes,
 			CacheHits: v.Stats.CacheHits, CacheMisses: v.Stats.CacheMisses,

@@ -271,14 +271,21 @@ func testDocker(t *testing.T, layout, registry, mode string) {
 		for _, img := range []string{"fromb", changed, "tiny", registry + "/plain/tiny:b-" + mode} {
 			dockerOK(t, b.docker, "rmi", img)
 		}
-		vols, err := api.NewClient(b.slackerd.Socket).Volumes(ctx)
+		c := api.NewClient(b.slackerd.Socket)
+		vols, err := c.Volumes(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, v := range vols {
-			if strings.HasPrefix(v.ID, "docker-") || v.Labels[labels.Kind] == labels.KindImageRoot {
+		for _, v := range vols { // idle image roots linger (image_root_linger)
+			if strings.HasPrefix(v.ID, "docker-") || v.Labels[labels.Kind] == labels.KindImageRoot && !v.Idle {
 				t.Errorf("volume %s left on B", v.ID)
 			}
+		}
+		if err := c.DropCaches(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		if vols, err = c.Volumes(ctx); err != nil || len(vols) != 0 {
+			t.Errorf("volumes left on B after drop-caches: %+v %v", vols, err)
 		}
 	})
 }
@@ -306,15 +313,15 @@ func dockerRoots(t *testing.T, a *dockerNode, img, mode, other string) {
 		t.Fatalf("container %s: no volume %q", name, id)
 		return api.Volume{}
 	}
-	imageRoots := func() []api.Volume {
+	busyImageRoots := func() []api.Volume {
 		t.Helper()
 		vols, err := c.Volumes(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		var out []api.Volume
-		for _, v := range vols {
-			if v.Labels[labels.Kind] == labels.KindImageRoot {
+		for _, v := range vols { // idle roots of earlier containers linger: not these
+			if v.Labels[labels.Kind] == labels.KindImageRoot && !v.Idle {
 				out = append(out, v)
 			}
 		}
@@ -325,7 +332,7 @@ func dockerRoots(t *testing.T, a *dockerNode, img, mode, other string) {
 	}
 	defer dockerOK(t, a.docker, "rm", "-f", "r1", "r2")
 	v1, v2 := volumeOf("r1"), volumeOf("r2")
-	irs := imageRoots()
+	irs := busyImageRoots()
 	if mode == "shared" {
 		if len(irs) != 1 || v1.Mode != "shared" || v2.Mode != "shared" || v1.Image != irs[0].Base || v2.Image != v1.Image {
 			t.Fatalf("two containers of one image: %+v and %+v over image roots %+v, want one", v1, v2, irs)

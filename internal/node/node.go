@@ -92,9 +92,12 @@ type VolumeInfo struct {
 	// overlayfs's upperdir) and the directories under it, nearest first (the upper
 	// layers of the roots it stands on, then the image root's mountpoint): what
 	// a reader of its changes compares them with, without mounting anything.
-	Upper  string      `json:"upper,omitempty"`
-	Lowers []string    `json:"lowers,omitempty"`
-	Stats  VolumeStats `json:"stats"`
+	Upper  string   `json:"upper,omitempty"`
+	Lowers []string `json:"lowers,omitempty"`
+	// Idle, for an image root: no container root stands on it; it lingers for
+	// the image's next container (Config.ImageRootLinger) and then goes.
+	Idle  bool        `json:"idle,omitempty"`
+	Stats VolumeStats `json:"stats"`
 }
 
 // VolumeStats are a volume's counters: its guest's reads and writes and its delta
@@ -576,8 +579,25 @@ func (n *Node) Volume(id string) (VolumeInfo, error) {
 		return VolumeInfo{}, err
 	}
 	x.mu.Lock()
-	defer x.mu.Unlock()
-	return x.info(), nil
+	info := x.info()
+	x.mu.Unlock()
+	n.markIdle(&info)
+	return info, nil
+}
+
+// markIdle sets info.Idle when info is an image root no shared root stands on.
+func (n *Node) markIdle(info *VolumeInfo) {
+	if info.Labels[labels.Kind] != labels.KindImageRoot {
+		return
+	}
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	for _, y := range n.vols {
+		if y.shared != nil && y.shared.image == info.Base {
+			return
+		}
+	}
+	info.Idle = true
 }
 
 // Volumes lists every volume, sorted by creation time.
@@ -593,6 +613,7 @@ func (n *Node) Volumes() []VolumeInfo {
 		x.mu.Lock()
 		out = append(out, x.info())
 		x.mu.Unlock()
+		n.markIdle(&out[len(out)-1])
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Created.Before(out[j].Created) })
 	return out
