@@ -338,6 +338,9 @@ func newInfo(e *env) *cobra.Command {
 			fmt.Fprintf(e.stdout, "reads:  %d from memory, %d of local blocks (%s), %d whole from disk, %d fetched; %d damaged blocks caught\n",
 				st.Cache.MemHits, st.Cache.PartialReads, units.Bytes(st.Cache.PartialBytes), st.Cache.DiskHits, st.Cache.Misses,
 				st.Cache.SumMismatches)
+			li := st.LocalImages
+			fmt.Fprintf(e.stdout, "local images: %d (%s), %d read by an image root, %d being written, %d idle roots waiting for theirs\n",
+				li.Count, units.Bytes(li.Bytes), li.InUse, li.Writing, li.Pending)
 			return nil
 		},
 	}
