@@ -32,7 +32,23 @@ func (n node) cli(want int, args ...string) string {
 
 // fetched is what the node's fetcher moved from the store so far, and how many
 // chunks of it were fetched ahead (readahead and start-up trace replays).
+// fetched returns what the node has fetched, once its fetches have settled: loads
+// ahead of a run that has ended (its image root lingers) may still be landing.
 func (n node) fetched() (bytes, prefetched int64) {
+	n.t.Helper()
+	bytes, prefetched = n.fetchedNow()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); {
+		time.Sleep(300 * time.Millisecond)
+		b, p := n.fetchedNow()
+		if b == bytes && p == prefetched {
+			break
+		}
+		bytes, prefetched = b, p
+	}
+	return bytes, prefetched
+}
+
+func (n node) fetchedNow() (bytes, prefetched int64) {
 	n.t.Helper()
 	var info struct {
 		Stats struct {
