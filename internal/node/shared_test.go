@@ -468,7 +468,9 @@ func TestLocalImage(t *testing.T) {
 				t.Fatalf("the first root read %d bytes of its image through slackerd, want the file's %d", st.BaseReadBytes, len(big))
 			}
 			// The image's chunks are all in the local store: its local image is written.
-			for deadline := time.Now().Add(20 * time.Second); !off && n.Stats().LocalImages.Count == 0; time.Sleep(20 * time.Millisecond) {
+			// Count is the file, there once renamed; Writing ends a moment later.
+			written := func() bool { li := n.Stats().LocalImages; return li.Count > 0 && li.Writing == 0 }
+			for deadline := time.Now().Add(20 * time.Second); !off && !written(); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(deadline) {
 					t.Fatal("no local image written")
 				}
