@@ -213,6 +213,10 @@ func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *ima
 		n.maybeMakeLocalImage(snapshot, nil)
 		return
 	}
+	// The start the root recorded is over: its trace is written now, as a block
+	// clone's is when it goes, and not lost if slackerd stops before the window
+	// closes (a lingering root is unmounted at Close without writing it).
+	ir.x.r.EndStartup()
 	ir.idle++
 	spell := ir.idle
 	ir.linger = time.AfterFunc(n.cfg.ImageRootLinger, func() { n.expireImage(snapshot, ir, spell, "idle") })

@@ -19,6 +19,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
+	"github.com/slacker-dev/slacker/internal/trace"
 )
 
 // sharedImage makes an image snapshot on n holding a 16 MiB file, a small one and
@@ -743,5 +744,73 @@ func TestImageRootLinger(t *testing.T) {
 	defer n2.Close(ctx)
 	if _, err := n2.Volume(root); !errors.Is(err, errdefs.ErrNotFound) {
 		t.Fatalf("after a restart, the image root no container used: %v; want it gone", err)
+	}
+}
+
+// TestLingeringRootWritesItsTrace: the start-up trace of a shared root's image is
+// written when its last container goes, though the image root lingers and the
+// start-up window has most of an hour to run; a node closed afterwards has it in
+// the store, and the next node's container replays it.
+func TestLingeringRootWritesItsTrace(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	open := func(name string) *Node {
+		n, err := Open(ctx, Config{Root: filepath.Join(dir, name), Store: st, CacheBytes: 256 << 20,
+			DefaultSize: 1 << 30, ImageRootLinger: time.Hour, StartupWindow: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close(ctx) })
+		return n
+	}
+	n := open("node1")
+	img, big := sharedImage(t, n)
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c1", Snapshot: img, Mode: RootShared, Startup: true}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, "c1", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("c1: the big file: %v", err)
+	}
+	if err := n.DeleteVolume(ctx, "c1"); err != nil {
+		t.Fatal(err)
+	}
+	if vi, err := n.Volume(imageRootID(img)); err != nil || !vi.Idle {
+		t.Fatalf("the image root after its last container: %+v %v; want it lingering, idle", vi, err)
+	}
+	var tr *trace.Trace
+	for deadline := time.Now().Add(10 * time.Second); tr == nil; time.Sleep(20 * time.Millisecond) {
+		if b, err := st.GetRef(ctx, trace.RefName(img)); err == nil {
+			if tr, err = trace.Decode(b); err != nil {
+				t.Fatal(err)
+			}
+		} else if time.Now().After(deadline) {
+			t.Fatalf("no start-up trace while the image root lingers: %v", err)
+		}
+	}
+	if tr.Bytes() < int64(len(big)) {
+		t.Fatalf("trace of %d bytes; want at least the big file's %d", tr.Bytes(), len(big))
+	}
+	if err := n.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	n2 := open("node2")
+	if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img, Mode: RootShared, Startup: true}); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); n2.Stats().Prefetch.TracesReplayed == 0; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the next node's container replayed no trace: %+v", n2.Stats().Prefetch)
+		}
 	}
 }

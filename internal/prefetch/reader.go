@@ -79,6 +79,21 @@ func (r *Reader) Close() {
 	s.end()
 }
 
+// EndStartup ends the start-up the reader records or replays, as Close does, while
+// the reader goes on serving reads: a shared image root whose last container is
+// gone lingers, but the start it recorded is over. Its trace is written now, not
+// when the window closes or the root goes (which a daemon stopped meanwhile never
+// reaches). Reads after it are not recorded.
+func (r *Reader) EndStartup() {
+	r.e.mu.Lock()
+	s := r.startup
+	r.e.mu.Unlock()
+	if s != nil {
+		r.rec.stop()
+	}
+	s.end()
+}
+
 // Stats returns the reader's counters.
 func (r *Reader) Stats() ReadStats {
 	st := ReadStats{BaseReadBytes: r.baseRead.Load(), FetchedBytes: r.fetched.Load(),

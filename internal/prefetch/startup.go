@@ -39,6 +39,9 @@ func (rec *recorder) start(window time.Duration, max int) {
 	rec.until.Store(time.Now().Add(window).UnixNano())
 }
 
+// stop ends the recording: what was recorded stays.
+func (rec *recorder) stop() { rec.until.Store(0) }
+
 func (rec *recorder) record(c blockmap.Chunk) {
 	// Off the lock: once the window has closed, a read pays one atomic load.
 	if until := rec.until.Load(); until == 0 || time.Now().UnixNano() > until {

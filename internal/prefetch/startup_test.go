@@ -140,3 +140,59 @@ func TestStartupRecordThenReplay(t *testing.T) {
 		t.Fatalf("engine stats %+v: want no readahead while the trace replays, one trace replayed", es)
 	}
 }
+
+// EndStartup, for a shared image root whose last container is gone while the root
+// stays mounted: the trace is written at once, holding what the start read, and
+// the reader goes on serving reads that are no longer recorded.
+func TestEndStartupWritesTheTraceAndKeepsReading(t *testing.T) {
+	ctx := context.Background()
+	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk, n = 64 << 10, 8
+	m := &blockmap.Map{Size: n * chunk}
+	for i := range n {
+		m.Chunks = append(m.Chunks, blockmap.Chunk{Digest: digest.FromString(fmt.Sprint(i)), Size: chunk})
+		m.Extents = append(m.Extents, blockmap.Extent{Offset: int64(i) * chunk, Length: chunk, Chunk: i})
+	}
+	snapshot := digest.FromString("image")
+	e := New(newFakeCache(), Options{Traces: st, StartupWindow: time.Hour})
+	defer e.Close(ctx)
+	r := e.Open("image-root", m)
+	defer r.Close()
+	r.BeginStartup(snapshot, nil)
+	for _, i := range []int{5, 2} {
+		if err := r.ReadAt(ctx, make([]byte, 100), int64(i)*chunk); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r.EndStartup() // the window has most of an hour to go
+	if err := r.ReadAt(ctx, make([]byte, 100), 7*chunk); err != nil {
+		t.Fatalf("a read after EndStartup: %v", err)
+	}
+	var b []byte
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if b, err = st.GetRef(ctx, trace.RefName(snapshot)); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no trace written after EndStartup: %v", err)
+		}
+	}
+	tr, err := trace.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []digest.Digest
+	for _, c := range tr.Chunks {
+		got = append(got, c.Digest)
+	}
+	if want := []digest.Digest{m.Chunks[5].Digest, m.Chunks[2].Digest}; !slices.Equal(got, want) {
+		t.Fatalf("trace %v, want the start's reads %v and not the later one", got, want)
+	}
+	r.EndStartup() // a second end, and the Close to come, write nothing more
+	if es := e.Stats(); es.TracesRecorded != 1 {
+		t.Fatalf("engine stats %+v: want one trace recorded", es)
+	}
+}
