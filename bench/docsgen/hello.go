@@ -52,6 +52,29 @@ func init() {
 			return float64(n), nil
 		}),
 		// runs: repetitions of every sample.
+		// The same of another system of the run than slacker (say slacker-block):
+		// "sys-deploy SYSTEM median", "sys-fetched-share SYSTEM", "sys-run-ratio SYSTEM".
+		"sys-deploy": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			s := t.Summarize(a[0])
+			if s.DeployN == 0 {
+				return 0, fmt.Errorf("no deployment samples of system %q", a[0])
+			}
+			return pick(a[1], s.DeployMedian, s.DeployP90)
+		}),
+		"sys-fetched-share": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			s := t.Summarize(a[0])
+			if s.DeployN == 0 {
+				return 0, fmt.Errorf("no deployment samples of system %q", a[0])
+			}
+			return s.FetchedShare, nil
+		}),
+		"sys-run-ratio": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			s := t.Summarize(a[0])
+			if s.DeployN == 0 {
+				return 0, fmt.Errorf("no deployment samples of system %q", a[0])
+			}
+			return s.RunRatio, nil
+		}),
 		"runs": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return float64(t.R.Runs), nil }),
 		// workloads: how many workloads the run measured; oneshot: how many of
 		// them are ready when they exit.
