@@ -181,6 +181,7 @@ func TestFigures(t *testing.T) {
 		{"results-test fetched-share pct1", "12.5%"},
 		{"results-test-modes sys-deploy slacker-block median xr", "3.50x"},
 		{"results-test-modes sys-deploy slacker median xr", "7.50x"},
+		{"results-test-modes sys-develop slacker median xr", "3.50x"},
 		{"results-test-modes sys-fetched-share slacker-block pct1", "15.0%"},
 		{"results-test read-share pct1", "7.5%"},
 		{"results-test moved-read f2", "1.75"},

@@ -53,13 +53,21 @@ func init() {
 		}),
 		// runs: repetitions of every sample.
 		// The same of another system of the run than slacker (say slacker-block):
-		// "sys-deploy SYSTEM median", "sys-fetched-share SYSTEM", "sys-run-ratio SYSTEM".
+		// "sys-deploy SYSTEM median", "sys-develop SYSTEM p90", "sys-fetched-share
+		// SYSTEM", "sys-run-ratio SYSTEM".
 		"sys-deploy": helloRun(2, func(t *report.Table, a []string) (float64, error) {
 			s := t.Summarize(a[0])
 			if s.DeployN == 0 {
 				return 0, fmt.Errorf("no deployment samples of system %q", a[0])
 			}
 			return pick(a[1], s.DeployMedian, s.DeployP90)
+		}),
+		"sys-develop": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			s := t.Summarize(a[0])
+			if s.DevN == 0 {
+				return 0, fmt.Errorf("no development samples of system %q", a[0])
+			}
+			return pick(a[1], s.DevMedian, s.DevP90)
 		}),
 		"sys-fetched-share": helloRun(1, func(t *report.Table, a []string) (float64, error) {
 			s := t.Summarize(a[0])
