@@ -616,6 +616,25 @@ func (h *harness) teardown() {
 		}
 	}
 	unmountUnder(h.o.Dir)
+	if h.o.KeepDir {
+		return
+	}
+	// The registry, the stores and containerd's state: tens of GB after a full run.
+	dir, err := filepath.Abs(h.o.Dir)
+	if err != nil {
+		return
+	}
+	if res, err := filepath.Abs(h.o.Results); err == nil && h.o.Results != "" && strings.HasPrefix(res, dir+string(filepath.Separator)) {
+		h.printf("work directory %s kept: the results are in it", dir)
+		return
+	}
+	if ms, err := mount.Mounts(dir); err != nil || len(ms) > 0 {
+		h.printf("warning: work directory %s kept: %d file systems still mounted under it (%v)", dir, len(ms), err)
+		return
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		h.printf("warning: remove work directory: %v", err)
+	}
 }
 
 // headBuffer keeps the first max bytes written.

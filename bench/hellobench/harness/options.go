@@ -31,8 +31,10 @@ type Options struct {
 	Warmup bool
 	// Cycles to measure: Deployment, Development (default both).
 	Cycles []string
-	// Dir is the harness's work directory (emptied first); CorpusDir the corpus.
+	// Dir is the harness's work directory (emptied first, removed at the end unless
+	// KeepDir); CorpusDir the corpus.
 	Dir, CorpusDir string
+	KeepDir        bool
 	// Slacker and Slackerd are the binaries; SlackerdArgs extra daemon flags.
 	Slacker, Slackerd string
 	SlackerdArgs      []string
