@@ -2,7 +2,6 @@ package prefetch
 
 import (
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"sync"
 	"testing"
@@ -73,11 +72,7 @@ func (f *fakeCache) BatchLoads() bool { return f.batch }
 // nothing ahead.
 func TestReadaheadKeepsAhead(t *testing.T) {
 	const chunk, n = 256 << 10, 256
-	m := &blockmap.Map{Size: n * chunk}
-	for i := range n {
-		m.Chunks = append(m.Chunks, blockmap.Chunk{Digest: digest.FromString(fmt.Sprint(i)), Size: chunk})
-		m.Extents = append(m.Extents, blockmap.Extent{Offset: int64(i) * chunk, Length: chunk, Chunk: i})
-	}
+	m := chunkedMap(n, chunk)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name     string

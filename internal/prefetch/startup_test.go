@@ -34,6 +34,16 @@ func (o *orderedCache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(bl
 	})
 }
 
+// chunkedMap is an image of n distinct chunks of size bytes each, in order.
+func chunkedMap(n int, size int64) *blockmap.Map {
+	m := &blockmap.Map{Size: int64(n) * size}
+	for i := range n {
+		m.Chunks = append(m.Chunks, blockmap.Chunk{Digest: digest.FromString(fmt.Sprint(i)), Size: size})
+		m.Extents = append(m.Extents, blockmap.Extent{Offset: int64(i) * size, Length: size, Chunk: i})
+	}
+	return m
+}
+
 // A container root on a store without a trace records the chunks it reads, in
 // first-read order, and writes them as its snapshot's trace when it goes. The
 // next container root of that snapshot, on a cold node, replays it: the chunks
@@ -46,12 +56,8 @@ func TestStartupRecordThenReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const chunk, n = 64 << 10, 64
-	m := &blockmap.Map{Size: n * chunk}
-	for i := range n {
-		m.Chunks = append(m.Chunks, blockmap.Chunk{Digest: digest.FromString(fmt.Sprint(i)), Size: chunk})
-		m.Extents = append(m.Extents, blockmap.Extent{Offset: int64(i) * chunk, Length: chunk, Chunk: i})
-	}
+	const chunk = 64 << 10
+	m := chunkedMap(64, chunk)
 	snapshot := digest.FromString("image")
 	read := []int{9, 3, 40, 3, 41, 42, 7} // as a start-up would: scattered, with a repeat
 
@@ -150,12 +156,8 @@ func TestEndStartupWritesTheTraceAndKeepsReading(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	const chunk, n = 64 << 10, 8
-	m := &blockmap.Map{Size: n * chunk}
-	for i := range n {
-		m.Chunks = append(m.Chunks, blockmap.Chunk{Digest: digest.FromString(fmt.Sprint(i)), Size: chunk})
-		m.Extents = append(m.Extents, blockmap.Extent{Offset: int64(i) * chunk, Length: chunk, Chunk: i})
-	}
+	const chunk = 64 << 10
+	m := chunkedMap(8, chunk)
 	snapshot := digest.FromString("image")
 	e := New(newFakeCache(), Options{Traces: st, StartupWindow: time.Hour})
 	defer e.Close(ctx)
