@@ -45,6 +45,9 @@ type sumEntry struct {
 	size int64
 	sums []uint64
 	item *lruItem // in Cache.sumLRU, size 1
+	// object is the local store's file of the chunk, once looked up (with no disk
+	// tier): kept so that a random reader does not build the path on every read.
+	object string
 }
 
 // blockSums returns the checksums of data's 4 KiB blocks (the last may be
@@ -107,7 +110,10 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 		path, onDisk = c.path(ch.Digest), true
 		c.touchLocked(it)
 	} else if c.noDisk && c.objects != nil {
-		path = c.objects.ObjectFile(ch.Digest)
+		if s.object == "" {
+			s.object = c.objects.ObjectFile(ch.Digest)
+		}
+		path = s.object
 	}
 	if path == "" {
 		c.mu.Unlock()
