@@ -310,17 +310,11 @@ func (s *Server) mkfs(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 	id := digest.Digest(r.PathValue("id"))
-	m, err := s.node.Map(r.Context(), id)
+	// The node keeps the maps it read; StoredMap says so if the store no longer
+	// has one.
+	m, err := s.node.StoredMap(r.Context(), id)
 	if err != nil {
 		s.fail(w, r, err)
-		return
-	}
-	// The node keeps the maps it read; say so if the store no longer has one.
-	if ok, err := s.node.Stored(r.Context(), id); err != nil {
-		s.fail(w, r, err)
-		return
-	} else if !ok {
-		s.fail(w, r, fmt.Errorf("snapshot %s is no longer in the store (garbage collected?): %w", id, errdefs.ErrNotFound))
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))

@@ -71,15 +71,15 @@ func Mount(mountpoint string, opts Options) (*FS, error) {
 		EntryTimeout: &timeout,
 		AttrTimeout:  &timeout,
 		MountOptions: fuse.MountOptions{
-			FsName:        "slacker",
-			Name:          "slacker",
-			DirectMount:   true,
-			MaxWrite:      opts.MaxRequest,
-			MaxReadAhead:  opts.MaxRequest,
+			FsName:       "slacker",
+			Name:         "slacker",
+			DirectMount:  true,
+			MaxWrite:     opts.MaxRequest,
+			MaxReadAhead: opts.MaxRequest,
 			// Background requests the kernel keeps in flight to slackerd (async direct
-			// I/O from loop devices counts here). At 64, fio's 32 x QD32 random reads on
-			// an image root ran at 21-28k IOPS with slackerd's cores not saturated; at
-			// 256, 31-47k (docs/EVALUATION.md section 8, 2026-11-25).
+			// I/O from loop devices counts here). At 64, fio's 32 x QD32 random reads
+			// on an image root ran at 21-28k IOPS; at 256, 31-47k (docs/EVALUATION.md
+			// section 8, 2026-11-25).
 			MaxBackground: 256,
 			// Async direct I/O: a loop device's direct reads and writes return at once
 			// and complete when the answer comes. Without it each one blocks the loop

@@ -8,8 +8,10 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
+	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/mount"
 	"github.com/slacker-dev/slacker/internal/store/local"
@@ -166,5 +168,44 @@ func TestReopenRemountsAndReconciles(t *testing.T) {
 	}
 	if b, err := os.ReadFile(filepath.Join(v.Mountpoint, "f")); err != nil || string(b) != "kept" {
 		t.Fatalf("file after reopen: %q, %v", b, err)
+	}
+}
+
+// TestStoredMap: a pull's map is fetched from the store, or, when the node kept it
+// from an earlier pull, checked against the store, which may have lost it since.
+func TestStoredMap(t *testing.T) {
+	requirePrivileged(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := openNode(t, filepath.Join(dir, "node"), st)
+	t.Cleanup(func() { n.Close(ctx) })
+
+	enc, err := blockmap.Encode(blockmap.Empty(1 << 30))
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := blockmap.ID(enc)
+	if _, err := n.StoredMap(ctx, id); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("map of a snapshot not in the store: %v", err)
+	}
+	if err := st.Put(ctx, id, int64(len(enc)), bytes.NewReader(enc)); err != nil {
+		t.Fatal(err)
+	}
+	m, err := n.StoredMap(ctx, id)
+	if err != nil || m.Size != 1<<30 {
+		t.Fatalf("map fetched from the store: %v, %v", m, err)
+	}
+	if err := st.Delete(ctx, id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.StoredMap(ctx, id); !errors.Is(err, errdefs.ErrNotFound) || !strings.Contains(err.Error(), "no longer in the store") {
+		t.Fatalf("kept map of a snapshot the store lost: %v", err)
+	}
+	if m, err := n.Map(ctx, id); err != nil || m.Size != 1<<30 {
+		t.Fatalf("Map of the kept map: %v, %v", m, err)
 	}
 }

@@ -171,7 +171,14 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 	}
 	ctx, cancel := o.withTimeout(ctx)
 	defer cancel()
-	desc, err := remote.Get(r, o.remote(ctx)...)
+	// One puller for both requests: the registry is pinged once (over plain HTTP
+	// that ping is an HTTPS attempt, then HTTP: about four round trips, which a
+	// second ping would pay again), and the connection is reused.
+	p, err := remote.NewPuller(o.remote(ctx)...)
+	if err != nil {
+		return nil, nil, mapErr(ref, err)
+	}
+	desc, err := p.Get(ctx, r)
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}
@@ -179,7 +186,7 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 	if err != nil {
 		return nil, nil, err
 	}
-	l, err := remote.Layer(r.Context().Digest(blob.Digest.String()), o.remote(ctx)...)
+	l, err := p.Layer(ctx, r.Context().Digest(blob.Digest.String()))
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}

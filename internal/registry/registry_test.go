@@ -3,7 +3,12 @@ package registry
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,5 +69,55 @@ func TestPushPull(t *testing.T) {
 	reg.Stop()
 	if _, _, err := Pull(ctx, ref, Options{}); !errors.Is(err, ErrUnreachable) || errdefs.KindOf(err) != errdefs.Unavailable {
 		t.Fatalf("stopped registry: %v", err)
+	}
+}
+
+// TestPullRoundTrips counts what a pull asks of the registry: over a link with a
+// 20 ms round trip each request is 20 ms of every deployment. One ping (the puller
+// is shared by the manifest and the blob), the manifest, the blob.
+func TestPullRoundTrips(t *testing.T) {
+	testutil.RequireTool(t, "docker-registry")
+	ctx := context.Background()
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20}
+	if _, err := Push(ctx, reg.Addr+"/slacker/rt:v1", d, Options{}); err != nil {
+		t.Fatal(err)
+	}
+	target, err := url.Parse("http://" + reg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var requests []string
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		requests = append(requests, r.Method+" "+r.URL.Path)
+		mu.Unlock()
+		proxy.ServeHTTP(w, r)
+	}))
+	t.Cleanup(front.Close)
+	ref := strings.TrimPrefix(front.URL, "http://") + "/slacker/rt:v1"
+	got, _, err := Pull(ctx, ref, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Snapshot != d.Snapshot {
+		t.Fatalf("pulled snapshot %s, want %s", got.Snapshot, d.Snapshot)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	pings := 0
+	for _, r := range requests {
+		if r == "GET /v2/" {
+			pings++
+		}
+	}
+	if pings != 1 || len(requests) != 3 {
+		t.Fatalf("a pull made %d requests (%d pings), want 3 (one ping, the manifest, the blob): %q", len(requests), pings, requests)
 	}
 }
