@@ -182,6 +182,9 @@ func (s *Slacker) stop() {
 }
 
 func (s *Slacker) cli(ctx context.Context, stdin io.Reader, args ...string) (RunResult, error) {
+	// The rig's registries speak plain HTTP, and containerd's side is told so
+	// (ctr --plain-http): Slacker's is too, so that neither tries HTTPS first.
+	args = append([]string{"--insecure-registry"}, args...)
 	cmd := exec.CommandContext(ctx, s.o.Slacker, args...)
 	cmd.Env = append(os.Environ(), "SLACKER_SOCKET="+s.socket())
 	var out, errb strings.Builder

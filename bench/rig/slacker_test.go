@@ -15,7 +15,8 @@ import (
 )
 
 // fakeBinaries writes a slackerd that does nothing and a slacker that logs its
-// arguments to log and answers `images --json` with one image, ref, whose snapshot
+// arguments to log and answers `images --json` (after --insecure-registry, which
+// the rig passes first) with one image, ref, whose snapshot
 // is sha256:00...
 func fakeBinaries(t *testing.T, log, ref string) (slacker, slackerd string) {
 	t.Helper()
@@ -23,6 +24,7 @@ func fakeBinaries(t *testing.T, log, ref string) (slacker, slackerd string) {
 	slacker, slackerd = filepath.Join(dir, "slacker"), filepath.Join(dir, "slackerd")
 	images := `[{"name":"` + ref + `","descriptor":{"snapshot":"sha256:` + strings.Repeat("0", 64) + `"}}]`
 	script := "#!/bin/sh\necho \"$*\" >> " + log + "\n" +
+		"if [ \"$1\" = --insecure-registry ]; then shift; fi\n" +
 		"if [ \"$1\" = images ]; then echo '" + images + "'; fi\n"
 	if err := os.WriteFile(slacker, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
@@ -119,9 +121,9 @@ func TestSlackerRootModes(t *testing.T) {
 			t.Fatal(err)
 		}
 		run := strings.SplitN(string(b), "\n", 2)[0]
-		want := "run --rm -i " + ref + " -- true"
+		want := "--insecure-registry run --rm -i " + ref + " -- true"
 		if tt.mode != "" {
-			want = "run --rm -i --root-mode " + tt.mode + " " + ref + " -- true"
+			want = "--insecure-registry run --rm -i --root-mode " + tt.mode + " " + ref + " -- true"
 		}
 		if run != want {
 			t.Errorf("mode %q: ran %q, want %q", tt.mode, run, want)

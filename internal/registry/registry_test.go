@@ -3,6 +3,8 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -72,10 +74,11 @@ func TestPushPull(t *testing.T) {
 	}
 }
 
-// TestPullRoundTrips counts what a pull asks of the registry: over a link with a
-// 20 ms round trip each request is 20 ms of every deployment. One ping (the puller
-// is shared by the manifest and the blob), the manifest, the blob.
-func TestPullRoundTrips(t *testing.T) {
+// TestRoundTrips counts what a push and a pull ask of the registry: over a link with
+// a 20 ms round trip each request is 20 ms of every deployment. One ping per push or
+// pull (one pusher or puller for all its requests); a pull is the ping, the manifest
+// and the blob; with Insecure no HTTPS connection is attempted.
+func TestRoundTrips(t *testing.T) {
 	testutil.RequireTool(t, "docker-registry")
 	ctx := context.Background()
 	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
@@ -83,41 +86,70 @@ func TestPullRoundTrips(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Stop() })
-	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20}
-	if _, err := Push(ctx, reg.Addr+"/slacker/rt:v1", d, Options{}); err != nil {
-		t.Fatal(err)
-	}
 	target, err := url.Parse("http://" + reg.Addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var mu sync.Mutex
 	var requests []string
+	conns := 0
 	proxy := httputil.NewSingleHostReverseProxy(target)
-	front := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		requests = append(requests, r.Method+" "+r.URL.Path)
 		mu.Unlock()
 		proxy.ServeHTTP(w, r)
 	}))
-	t.Cleanup(front.Close)
-	ref := strings.TrimPrefix(front.URL, "http://") + "/slacker/rt:v1"
-	got, _, err := Pull(ctx, ref, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got.Snapshot != d.Snapshot {
-		t.Fatalf("pulled snapshot %s, want %s", got.Snapshot, d.Snapshot)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	pings := 0
-	for _, r := range requests {
-		if r == "GET /v2/" {
-			pings++
+	front.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			mu.Lock()
+			conns++
+			mu.Unlock()
 		}
 	}
-	if pings != 1 || len(requests) != 3 {
-		t.Fatalf("a pull made %d requests (%d pings), want 3 (one ping, the manifest, the blob): %q", len(requests), pings, requests)
+	front.Start()
+	t.Cleanup(front.Close)
+	// counted runs f with no idle connection left from before and returns the
+	// requests and new connections it made.
+	counted := func(f func() error) ([]string, int, int) {
+		t.Helper()
+		remote.DefaultTransport.(*http.Transport).CloseIdleConnections()
+		mu.Lock()
+		requests, conns = nil, 0
+		mu.Unlock()
+		if err := f(); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		pings := 0
+		for _, r := range requests {
+			if r == "GET /v2/" {
+				pings++
+			}
+		}
+		return append([]string(nil), requests...), pings, conns
+	}
+
+	ref := strings.TrimPrefix(front.URL, "http://") + "/slacker/rt:v1"
+	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20}
+	if reqs, pings, _ := counted(func() error { _, err := Push(ctx, ref, d, Options{}); return err }); pings != 1 {
+		t.Fatalf("a push pinged the registry %d times, want 1: %q", pings, reqs)
+	}
+	for _, insecure := range []bool{false, true} {
+		reqs, pings, n := counted(func() error {
+			got, _, err := Pull(ctx, ref, Options{Insecure: insecure})
+			if err == nil && got.Snapshot != d.Snapshot {
+				err = fmt.Errorf("pulled snapshot %s, want %s", got.Snapshot, d.Snapshot)
+			}
+			return err
+		})
+		if pings != 1 || len(reqs) != 3 {
+			t.Fatalf("insecure=%v: a pull made %d requests (%d pings), want 3 (one ping, the manifest, the blob): %q", insecure, len(reqs), pings, reqs)
+		}
+		if insecure && n != 1 {
+			t.Fatalf("insecure pull opened %d connections, want 1 (no HTTPS attempt)", n)
+		}
+		t.Logf("insecure=%v: %d requests, %d connections", insecure, len(reqs), n)
 	}
 }
