@@ -41,7 +41,8 @@ Systems: slacker (its default container roots, shared); slacker-block (slackerd
 gzip layers); native; NAME=SOCKET for a containerd snapshotter already running
 (e.g. stargz=/run/...sock).
 Profiles: loopback (registry on 127.0.0.1), or an emulated link between the node and
-the registry (1gbit = 1 Gbit/s, --rtt 1ms; any Nmbit/Ngbit).
+the registry (1gbit = 1 Gbit/s, --rtt 1ms; any Nmbit/Ngbit; 1gbit-20ms and 100mbit-20ms
+name their round trip: the WAN profiles).
 
 Builds missing images first (the corpus is cached), starts and stops its own
 registry, containerd and slackerd, and writes OUT/results.json (after every sample)
@@ -91,8 +92,8 @@ and OUT/index.html with SVG figures. Needs root.`,
 	f := cmd.Flags()
 	f.StringVarP(&o.WorkloadsFile, "workloads", "w", "", "workloads TOML file")
 	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, slacker-block, overlayfs, native, NAME=SOCKET")
-	f.StringVar(&o.Profile, "profile", "loopback", "network between node and registry: loopback, 1gbit, 100mbit, ...")
-	f.DurationVar(&o.RTT, "rtt", time.Millisecond, "round-trip time of an emulated link")
+	f.StringVar(&o.Profile, "profile", "loopback", "network between node and registry: loopback, 1gbit, 100mbit, ..., with a round trip: 1gbit-20ms, 100mbit-20ms (the WAN profiles)")
+	f.DurationVar(&o.RTT, "rtt", time.Millisecond, "round-trip time of an emulated link whose profile names none")
 	f.IntVar(&o.Runs, "runs", 3, "repetitions of every workload, system and cycle (--quick: 2)")
 	f.StringVar(&o.StoreServer, "store-server", "s3", "behind a link, where Slacker's chunks live unless --store is given: s3 (MinIO beside the registry) or registry")
 	f.BoolVar(&o.Warmup, "warmup", true, "deploy every workload once with Slacker before the samples, untimed (records its start-up traces, as an earlier run anywhere would)")

@@ -116,9 +116,6 @@ func prepare(o *Options) (*plan, error) {
 	if o.Runs <= 0 {
 		o.Runs = 3
 	}
-	if o.RTT <= 0 {
-		o.RTT = time.Millisecond
-	}
 	if len(o.Cycles) == 0 {
 		o.Cycles = []string{Deployment, Development}
 	}
@@ -140,8 +137,17 @@ func prepare(o *Options) (*plan, error) {
 	}
 	p := &plan{}
 	var err error
-	if p.profile, p.rate, err = ParseProfile(o.Profile); err != nil {
+	var rtt time.Duration
+	if p.profile, p.rate, rtt, err = ParseProfile(o.Profile); err != nil {
 		return nil, err
+	}
+	switch {
+	case rtt > 0 && o.RTT > 0 && o.RTT != time.Millisecond && o.RTT != rtt:
+		return nil, fmt.Errorf("profile %s has a round trip of %s, and --rtt says %s: give one", p.profile, rtt, o.RTT)
+	case rtt > 0:
+		o.RTT = rtt
+	case o.RTT <= 0:
+		o.RTT = time.Millisecond
 	}
 	if p.specs, err = parseSystems(o.Systems); err != nil {
 		return nil, err

@@ -20,8 +20,10 @@ type Options struct {
 	// Systems are system specs (see ParseSystem): "overlayfs", "slacker",
 	// "slacker-block", "NAME=SOCKET" for a containerd snapshotter already running.
 	Systems []string
-	// Profile is "loopback" or a link rate such as "1gbit", "100mbit"; RTT is the
-	// link's round trip (default 1 ms).
+	// Profile is "loopback" or a link rate such as "1gbit", "100mbit", with its
+	// round trip in the name or not ("1gbit-20ms", see ParseProfile); RTT is the
+	// link's round trip when the name has none (default 1 ms). A name with a round
+	// trip and an RTT other than the default that disagree are refused.
 	Profile string
 	RTT     time.Duration
 	// Runs is the number of repetitions of every (workload, system, cycle).
@@ -103,25 +105,34 @@ func ParseSystem(s string) (SystemSpec, error) {
 // builtinSystems are the names ParseSystem knows; a proxy snapshotter cannot take one.
 var builtinSystems = []string{"slacker", "slacker-block", "overlayfs", "native"}
 
-var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(k|m|g)bit$`)
+var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(k|m|g)bit(?:-([0-9]+)ms)?$`)
 
-// ParseProfile parses a profile name: "loopback", or a link rate "Nkbit",
-// "Nmbit", "Ngbit" (bits per second, as tc writes them).
-func ParseProfile(s string) (name string, rateBits int64, err error) {
+// ParseProfile parses a profile name: "loopback", or a link rate "Nkbit", "Nmbit",
+// "Ngbit" (bits per second, as tc writes them), optionally with the link's round
+// trip in milliseconds, "1gbit-20ms", "100mbit-20ms" (the WAN profiles: a registry
+// in another region); rtt is zero when the name has none.
+func ParseProfile(s string) (name string, rateBits int64, rtt time.Duration, err error) {
 	s = strings.ToLower(strings.TrimSpace(s))
 	if s == "loopback" {
-		return s, 0, nil
+		return s, 0, 0, nil
 	}
 	m := rateRE.FindStringSubmatch(s)
 	if m == nil {
-		return "", 0, fmt.Errorf("unknown profile %q (want loopback, or a link rate such as 1gbit, 100mbit)", s)
+		return "", 0, 0, fmt.Errorf("unknown profile %q (want loopback, or a link rate such as 1gbit, 100mbit, with a round trip such as 1gbit-20ms)", s)
 	}
 	v, err := strconv.ParseFloat(m[1], 64)
 	mult := map[string]float64{"k": 1e3, "m": 1e6, "g": 1e9}[m[2]]
 	// Below 1 kbit/s (0.0001kbit rounds to 0 bit/s) a rate would mean no link at
 	// all: the run would go over loopback under the link's name.
 	if err != nil || v*mult < 1e3 || v*mult > 1e12 {
-		return "", 0, fmt.Errorf("profile %q: the rate must be between 1kbit and 1000gbit", s)
+		return "", 0, 0, fmt.Errorf("profile %q: the rate must be between 1kbit and 1000gbit", s)
 	}
-	return s, int64(v * mult), nil
+	if m[3] != "" {
+		ms, err := strconv.Atoi(m[3])
+		if err != nil || ms < 1 || ms > 10_000 {
+			return "", 0, 0, fmt.Errorf("profile %q: the round trip must be between 1ms and 10000ms", s)
+		}
+		rtt = time.Duration(ms) * time.Millisecond
+	}
+	return s, int64(v * mult), rtt, nil
 }

@@ -100,6 +100,7 @@ func TestParseProfile(t *testing.T) {
 		in   string
 		name string
 		rate int64
+		rtt  time.Duration
 		err  string
 	}{
 		{in: "loopback", name: "loopback", rate: 0},
@@ -110,6 +111,15 @@ func TestParseProfile(t *testing.T) {
 		{in: "2.5gbit", name: "2.5gbit", rate: 2_500_000_000},
 		{in: "0.5mbit", name: "0.5mbit", rate: 500_000},
 		{in: "1kbit", name: "1kbit", rate: 1000},
+		{in: "1gbit-20ms", name: "1gbit-20ms", rate: 1_000_000_000, rtt: 20 * time.Millisecond},
+		{in: "100Mbit-20ms", name: "100mbit-20ms", rate: 100_000_000, rtt: 20 * time.Millisecond},
+		{in: "1gbit-20", err: "unknown profile"},
+		{in: "1gbit-20s", err: "unknown profile"},
+		{in: "1gbit-", err: "unknown profile"},
+		{in: "loopback-20ms", err: "unknown profile"},
+		{in: "1gbit-0ms", err: "the round trip must be"},
+		{in: "1gbit-10001ms", err: "the round trip must be"},
+		{in: "0mbit-20ms", err: "the rate must be"},
 		{in: "10", err: "unknown profile"},
 		{in: "1gbps", err: "unknown profile"},
 		{in: "1 gbit", err: "unknown profile"},
@@ -127,12 +137,12 @@ func TestParseProfile(t *testing.T) {
 		{in: "99999999gbit", err: "the rate must be"},
 	}
 	for _, tt := range tests {
-		name, rate, err := ParseProfile(tt.in)
+		name, rate, rtt, err := ParseProfile(tt.in)
 		switch {
 		case tt.err == "" && err != nil:
 			t.Errorf("ParseProfile(%q): %v", tt.in, err)
-		case tt.err == "" && (name != tt.name || rate != tt.rate):
-			t.Errorf("ParseProfile(%q) = %q, %d; want %q, %d", tt.in, name, rate, tt.name, tt.rate)
+		case tt.err == "" && (name != tt.name || rate != tt.rate || rtt != tt.rtt):
+			t.Errorf("ParseProfile(%q) = %q, %d, %v; want %q, %d, %v", tt.in, name, rate, rtt, tt.name, tt.rate, tt.rtt)
 		case tt.err != "" && (err == nil || !strings.Contains(err.Error(), tt.err)):
 			t.Errorf("ParseProfile(%q) = %q, %d, %v; want an error with %q", tt.in, name, rate, err, tt.err)
 		}
@@ -218,6 +228,19 @@ func TestPrepare(t *testing.T) {
 					t.Errorf("plan %+v", p)
 				}
 			}},
+		{name: "WAN profile sets the round trip", change: func(o *Options) { o.Profile = "100mbit-20ms" }, workloads: []string{"debian", "redis", "other"},
+			check: func(t *testing.T, o *Options, p *plan) {
+				if o.RTT != 20*time.Millisecond || p.profile != "100mbit-20ms" || p.rate != 100_000_000 {
+					t.Errorf("rtt %v, plan %+v", o.RTT, p)
+				}
+			}},
+		{name: "WAN profile over the default --rtt", change: func(o *Options) { o.Profile, o.RTT = "1gbit-20ms", time.Millisecond }, workloads: []string{"debian", "redis", "other"},
+			check: func(t *testing.T, o *Options, p *plan) {
+				if o.RTT != 20*time.Millisecond {
+					t.Errorf("rtt %v, want the profile's 20ms", o.RTT)
+				}
+			}},
+		{name: "WAN profile and --rtt disagree", change: func(o *Options) { o.Profile, o.RTT = "1gbit-20ms", 5*time.Millisecond }, err: "give one"},
 		{name: "only, in file order", change: func(o *Options) { o.Only = []string{"other", "debian"} }, workloads: []string{"debian", "other"}},
 		{name: "quick takes the quick workloads the file has", change: func(o *Options) { o.Quick = true }, workloads: []string{"debian", "redis"}},
 		{name: "only wins over quick", change: func(o *Options) { o.Quick, o.Only = true, []string{"other"} }, workloads: []string{"other"}},
