@@ -31,6 +31,20 @@ func openNode(t *testing.T, root string, st *local.Store) *Node {
 	return n
 }
 
+// newNode opens a node on a new local store, both in a temporary directory, and
+// closes it at the end of the test.
+func newNode(t *testing.T) (*Node, *local.Store) {
+	t.Helper()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := openNode(t, filepath.Join(dir, "node"), st)
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n, st
+}
+
 func requirePrivileged(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireFile(t, "/dev/fuse")
@@ -176,13 +190,7 @@ func TestReopenRemountsAndReconciles(t *testing.T) {
 func TestStoredMap(t *testing.T) {
 	requirePrivileged(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := local.Open(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := openNode(t, filepath.Join(dir, "node"), st)
-	t.Cleanup(func() { n.Close(ctx) })
+	n, st := newNode(t)
 
 	enc, err := blockmap.Encode(blockmap.Empty(1 << 30))
 	if err != nil {

@@ -21,7 +21,6 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/fstree"
 	"github.com/slacker-dev/slacker/internal/mount"
-	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
@@ -71,13 +70,7 @@ func TestRandomFileOps(t *testing.T) {
 
 func randomFileOps(t *testing.T, mode RootMode, seed uint64, ops int) {
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := local.Open(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := openNode(t, filepath.Join(dir, "node"), st)
-	t.Cleanup(func() { n.Close(ctx) })
+	n, _ := newNode(t)
 	m := &fsModel{t: t, rng: rand.New(rand.NewPCG(seed, 0x5eed)), files: map[string][]byte{}}
 	img := m.image(n)
 

@@ -276,13 +276,7 @@ func TestSharedRootCommit(t *testing.T) {
 func TestTrimBeforeSnapshot(t *testing.T) {
 	requirePrivileged(t)
 	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := local.Open(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := openNode(t, filepath.Join(dir, "node"), st)
-	t.Cleanup(func() { n.Close(ctx) })
+	n, _ := newNode(t)
 	img, _ := sharedImage(t, n)
 	for _, unmount := range []bool{false, true} {
 		id := "mounted"
