@@ -113,6 +113,51 @@ func init() {
 			}
 			return vs, nil
 		}),
+		// layer-bytes gzip|tar: the baseline's distinct layers after the publish.
+		"layer-bytes": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			f := t.R.Footprint
+			if f == nil {
+				return 0, fmt.Errorf("no footprint in the results (recorded since issue 11's compressed chunks)")
+			}
+			switch a[0] {
+			case "gzip":
+				return float64(f.GzipLayerBytes), nil
+			case "tar":
+				return float64(f.TarLayerBytes), nil
+			}
+			return 0, fmt.Errorf("layer-bytes %q: want gzip or tar", a[0])
+		}),
+		// store-bytes SYSTEM content|stored: the system's store after the publish,
+		// as content and as the store keeps it.
+		"store-bytes": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			sf := t.R.Footprint.Store(a[0])
+			if sf == nil {
+				return 0, fmt.Errorf("no footprint of the store of system %q", a[0])
+			}
+			switch a[1] {
+			case "content":
+				return float64(sf.ContentBytes), nil
+			case "stored":
+				return float64(sf.StoredBytes), nil
+			}
+			return 0, fmt.Errorf("store-bytes %q: want content or stored", a[1])
+		}),
+		// publish-link SYSTEM: bytes that crossed the link away from the node while
+		// the system published every image.
+		"publish-link": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			var n int64
+			found := false
+			for _, p := range t.R.Publish {
+				if p.System == a[0] && p.OK {
+					n += p.LinkBytes
+					found = true
+				}
+			}
+			if !found || n == 0 {
+				return 0, fmt.Errorf("no publish of system %q across a link", a[0])
+			}
+			return float64(n), nil
+		}),
 		// run-gap: Slacker's run until ready minus overlayfs's (deployment).
 		"run-gap": helloRun(0, helloRunGap),
 		// link-time: the link time of the bytes Slacker moved at start-up (median

@@ -163,7 +163,7 @@ func (c *collector) run(ctx context.Context) error {
 	err := c.st.List(ctx, func(i store.Info) error {
 		c.objs[i.Digest] = i
 		c.rep.Objects++
-		c.rep.Bytes += i.Size
+		c.rep.Bytes += i.StoredBytes()
 		return nil
 	})
 	if err != nil {
@@ -185,10 +185,10 @@ func (c *collector) run(ctx context.Context) error {
 		switch {
 		case c.marked[d]:
 			c.rep.Live++
-			c.rep.LiveBytes += info.Size
+			c.rep.LiveBytes += info.StoredBytes()
 		case c.young(info):
 			c.rep.Young++
-			c.rep.YoungBytes += info.Size
+			c.rep.YoungBytes += info.StoredBytes()
 		case c.leased[d]:
 			c.rep.Uploading++
 		default:
@@ -323,8 +323,8 @@ func (c *collector) markSnapshot(ctx context.Context, id digest.Digest, from str
 }
 
 func sizeOr(i store.Info, ok bool) int64 {
-	if !ok {
-		return -1
+	if !ok || (i.Stored != 0 && i.Stored == i.Size) {
+		return -1 // unknown, or perhaps a compressed object listed by its stored size
 	}
 	return i.Size
 }
@@ -398,7 +398,7 @@ func (c *collector) sweep(ctx context.Context, cands []digest.Digest) error {
 				c.rep.Uploading++ // saved by a lease read during the sweep
 				continue
 			}
-			size := c.objs[d].Size
+			size := c.objs[d].StoredBytes()
 			if !c.o.DryRun {
 				err := c.st.Delete(ctx, d)
 				if errors.Is(err, errdefs.ErrNotFound) {

@@ -31,12 +31,26 @@ import (
 // Info describes a stored object.
 type Info struct {
 	Digest digest.Digest
-	Size   int64
+	// Size is the object's size: the length of its content. One exception, in
+	// List only: a backend that cannot list the plain size of a compressed object
+	// (S3 other than MinIO) reports its stored size there; Stat is always exact.
+	Size int64
+	// Stored is the bytes the backend keeps for the object, smaller than Size for
+	// an object it keeps compressed; 0 when it is not known to differ (StoredBytes).
+	Stored int64
 	// ModTime is when the object was stored (for a Put of an object that already
 	// existed, the first time), as the backend knows it; zero if it does not.
 	// Garbage collection never deletes an object younger than its grace period,
 	// and treats an object of unknown age as young.
 	ModTime time.Time
+}
+
+// StoredBytes is the bytes the backend keeps for the object.
+func (i Info) StoredBytes() int64 {
+	if i.Stored > 0 {
+		return i.Stored
+	}
+	return i.Size
 }
 
 // Store is a content-addressed object store.

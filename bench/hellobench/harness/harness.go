@@ -19,6 +19,8 @@ import (
 	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/bench/workload"
 	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/storeurl"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
@@ -36,6 +38,7 @@ type harness struct {
 	res     *Results
 	ws      []*workload.Workload
 	imgs    map[string]rig.Image
+	layers  map[string]corpus.ImageLayer // the measured images' layers, by digest
 	systems []rig.System
 	refs    map[string]map[string]string // system -> workload -> ref
 	pubErr  map[string]map[string]string // system -> workload -> why publishing failed
@@ -62,7 +65,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return nil, errors.New("slacker-bench hello must run as root (containers, mounts, network namespaces)")
 	}
 	profile, rate, specs, ws := p.profile, p.rate, p.specs, p.ws
-	h := &harness{o: o, ws: ws, imgs: map[string]rig.Image{}, refs: map[string]map[string]string{},
+	h := &harness{o: o, ws: ws, imgs: map[string]rig.Image{}, layers: map[string]corpus.ImageLayer{}, refs: map[string]map[string]string{},
 		pubErr: map[string]map[string]string{}, started: time.Now(), progress: rig.NewProgress(o.Progress)}
 	abs, _ := filepath.Abs(o.WorkloadsFile)
 	rec := rig.NewRecord()
@@ -88,6 +91,7 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 		return h.res, err
 	}
 	h.publish(ctx)
+	h.footprint(ctx)
 	h.save()
 	if o.Warmup {
 		h.warmup(ctx)
@@ -255,6 +259,9 @@ func (h *harness) build(ctx context.Context) error {
 			return fmt.Errorf("corpus: no image for %s", w.Name)
 		}
 		h.imgs[w.Name] = rig.Image{Name: w.Name, Layout: c.Layout.Dir, Tag: w.Name, DataBytes: rec.USize, CompressedBytes: rec.Size}
+		for _, l := range rec.Layers {
+			h.layers[l.Digest] = l
+		}
 		h.res.Workloads = append(h.res.Workloads, WorkloadInfo{Name: w.Name, Category: string(w.Category), Ready: w.Ready.String(),
 			Timeout: w.Timeout.Seconds(), Layers: len(rec.Layers), CompressedBytes: rec.Size, DataBytes: rec.USize})
 	}
@@ -378,10 +385,12 @@ func (h *harness) publish(ctx context.Context) {
 				return
 			}
 			start := time.Now()
+			far0 := h.linkBytesAway()
 			pctx, cancel := context.WithTimeout(ctx, pushTimeout)
 			ref, took, err := s.Publish(pctx, h.imgs[w.Name], h.reg.Addr)
 			cancel()
-			p := PublishSample{Workload: w.Name, System: s.Name(), OK: err == nil, Push: took.Seconds(), Total: time.Since(start).Seconds()}
+			p := PublishSample{Workload: w.Name, System: s.Name(), OK: err == nil, Push: took.Seconds(), Total: time.Since(start).Seconds(),
+				LinkBytes: h.linkBytesAway() - far0}
 			if err != nil {
 				p.Failure = err.Error()
 				h.pubErr[s.Name()][w.Name] = err.Error()
@@ -393,6 +402,76 @@ func (h *harness) publish(ctx context.Context) {
 			h.res.Publish = append(h.res.Publish, p)
 		}
 		s.Close()
+	}
+}
+
+// linkBytesAway is what has crossed the link away from the node so far (0 without one).
+func (h *harness) linkBytesAway() int64 {
+	if h.link == nil {
+		return 0
+	}
+	toFar, _ := h.link.Bytes()
+	return toFar
+}
+
+// footprint records what the published images take: the distinct layers the
+// baseline pushed, and every Slacker store's objects (listed through the store's
+// own backend, so a compressed object counts as the store keeps it). A store that
+// cannot be listed is noted, not fatal.
+func (h *harness) footprint(ctx context.Context) {
+	f := &Footprint{}
+	for _, l := range h.layers {
+		f.Layers++
+		f.GzipLayerBytes += l.Size
+		f.TarLayerBytes += l.USize
+	}
+	byLocation := map[string]*StoreFootprint{}
+	var order []string
+	for _, s := range h.systems {
+		sl, ok := s.(*rig.Slacker)
+		if !ok {
+			continue
+		}
+		loc := sl.Store()
+		if sf := byLocation[loc]; sf != nil {
+			sf.Systems = append(sf.Systems, s.Name())
+			continue
+		}
+		st, shown, err := storeurl.Open(loc)
+		if err != nil {
+			h.res.Notes = append(h.res.Notes, fmt.Sprintf("footprint: store of %s: %v", s.Name(), err))
+			continue
+		}
+		sf := &StoreFootprint{Systems: []string{s.Name()}, Store: shown}
+		lctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+		err = st.List(lctx, func(i store.Info) error {
+			sf.Objects++
+			sf.ContentBytes += i.Size
+			sf.StoredBytes += i.StoredBytes()
+			if i.StoredBytes() < i.Size {
+				sf.Compressed++
+			}
+			return nil
+		})
+		cancel()
+		if c, ok := st.(io.Closer); ok {
+			c.Close()
+		}
+		if err != nil {
+			h.res.Notes = append(h.res.Notes, fmt.Sprintf("footprint: list the store of %s: %v", s.Name(), err))
+			continue
+		}
+		byLocation[loc] = sf
+		order = append(order, loc)
+	}
+	for _, loc := range order {
+		f.Stores = append(f.Stores, *byLocation[loc])
+	}
+	h.res.Footprint = f
+	for _, sf := range f.Stores {
+		h.printf("footprint: %s holds %d objects, %s of content kept in %s (%d compressed); the baseline's %d distinct layers: %s gzip, %s tar",
+			strings.Join(sf.Systems, ","), sf.Objects, corpus.HumanBytes(sf.ContentBytes), corpus.HumanBytes(sf.StoredBytes), sf.Compressed,
+			f.Layers, corpus.HumanBytes(f.GzipLayerBytes), corpus.HumanBytes(f.TarLayerBytes))
 	}
 }
 

@@ -2,6 +2,7 @@ package harness
 
 import (
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/slacker-dev/slacker/bench/rig"
@@ -33,7 +34,9 @@ type Results struct {
 	Systems       []SystemInfo   `json:"systems"`
 	// Publish holds the first push of each whole image by each system.
 	Publish []PublishSample `json:"publish"`
-	Samples []Sample        `json:"samples"`
+	// Footprint is what the published images take where they are kept.
+	Footprint *Footprint `json:"footprint,omitempty"`
+	Samples   []Sample   `json:"samples"`
 	// Warmups are the untimed deployment of every workload with Slacker before the
 	// samples (Options.Warmup): it gives Slacker's store each image's start-up
 	// trace, as one earlier run of the image anywhere would. They count in no
@@ -97,6 +100,45 @@ type PublishSample struct {
 	Push     float64 `json:"push_s"`
 	// Total includes work before the push (Slacker's conversion).
 	Total float64 `json:"total_s"`
+	// LinkBytes crossed the emulated link away from the node during the publish
+	// (IP level; zero on loopback): the gzip layers for the baseline, the chunks
+	// and descriptor for Slacker with its store behind the link.
+	LinkBytes int64 `json:"link_bytes,omitempty"`
+}
+
+// Footprint is what the published images take where they are kept, measured
+// once every image is published: the baseline's distinct layers in the registry
+// (gzip, and their tars), and each Slacker store's objects (chunks and block maps)
+// as content and as the store keeps them (compressed where it compresses).
+type Footprint struct {
+	Layers         int              `json:"layers"`
+	GzipLayerBytes int64            `json:"gzip_layer_bytes"`
+	TarLayerBytes  int64            `json:"tar_layer_bytes"`
+	Stores         []StoreFootprint `json:"stores,omitempty"`
+}
+
+// StoreFootprint is one Slacker store after the publish.
+type StoreFootprint struct {
+	Systems      []string `json:"systems"`
+	Store        string   `json:"store"` // its display form, without credentials
+	Objects      int      `json:"objects"`
+	ContentBytes int64    `json:"content_bytes"`
+	StoredBytes  int64    `json:"stored_bytes"`
+	// Compressed counts the objects the store keeps in a smaller form.
+	Compressed int `json:"compressed"`
+}
+
+// Store returns the footprint of system's store, or nil.
+func (f *Footprint) Store(system string) *StoreFootprint {
+	if f == nil {
+		return nil
+	}
+	for i := range f.Stores {
+		if slices.Contains(f.Stores[i].Systems, system) {
+			return &f.Stores[i]
+		}
+	}
+	return nil
 }
 
 // Sample is one cycle of one workload on one system: the unit of the results.

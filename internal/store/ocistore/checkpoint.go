@@ -50,7 +50,7 @@ func encodeCheckpoint(packs []*pack) []byte {
 			if i > 0 {
 				b.WriteByte(',')
 			}
-			fmt.Fprintf(&b, "%s:%d", e.d.Encoded(), e.size)
+			b.WriteString(formatEntry(e))
 		}
 		b.WriteByte('\n')
 	}

@@ -7,15 +7,18 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/units"
 )
 
 // ParseLocation parses a registry store location into Options:
 //
-//	registry://HOST[:PORT]/REPOSITORY[?insecure=1&timeout=2m&pack=4MiB&solo=1MiB]
+//	registry://HOST[:PORT]/REPOSITORY[?insecure=1&timeout=2m&pack=4MiB&solo=1MiB&compress=zstd]
 //
 // Credentials never appear in the location: they come from the Docker config
-// (`docker login`, credential helpers), as for `slacker push`.
+// (`docker login`, credential helpers), as for `slacker push`. compress=zstd (the
+// default) keeps objects compressed where that pays, compress=none keeps new
+// objects as they are (Options.Compress).
 func ParseLocation(loc string) (Options, error) {
 	var o Options
 	u, err := url.Parse(loc)
@@ -37,6 +40,7 @@ func ParseLocation(loc string) (Options, error) {
 		return o, fmt.Errorf("store location %s: want registry://HOST[:PORT]/REPOSITORY", u.Redacted())
 	}
 	o.Repository = u.Host + "/" + repo
+	o.Compress = true
 	for k, vs := range u.Query() {
 		v := vs[len(vs)-1]
 		switch k {
@@ -56,8 +60,12 @@ func ParseLocation(loc string) (Options, error) {
 			} else {
 				o.SoloSize = n
 			}
+		case "compress":
+			if o.Compress, err = store.ParseCompress(v); err != nil {
+				return o, fmt.Errorf("store location %s: %v", u.Redacted(), err)
+			}
 		default:
-			return o, fmt.Errorf("store location %s: unknown parameter %q (known: insecure, timeout, pack, solo)", u.Redacted(), k)
+			return o, fmt.Errorf("store location %s: unknown parameter %q (known: insecure, timeout, pack, solo, compress)", u.Redacted(), k)
 		}
 	}
 	return o, nil

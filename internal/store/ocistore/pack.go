@@ -38,10 +38,27 @@ var tagRE = regexp.MustCompile(`^p-[0-9a-f]{64}$`)
 // nodes get one tag and one manifest, and a tag never moves to other content.
 func packTag(d digest.Digest) string { return "p-" + d.Encoded() }
 
-// entry is one object of a pack.
+// entry is one object of a pack: size bytes of content, kept as stored bytes at off
+// in the pack blob, with encoding enc (store.EncodingRaw: stored == size).
 type entry struct {
-	d         digest.Digest
-	off, size int64
+	d                 digest.Digest
+	off, size, stored int64
+	enc               string
+}
+
+// rawEntry is an entry for an object kept as it is.
+func rawEntry(d digest.Digest, off, size int64) entry {
+	return entry{d: d, off: off, size: size, stored: size}
+}
+
+// formatEntry is e as a pack lists it: "<hex>:<size>" for a raw object,
+// "<hex>:<size>:<encoding>:<stored>" for an encoded one.
+func formatEntry(e entry) string {
+	s := e.d.Encoded() + ":" + strconv.FormatInt(e.size, 10)
+	if e.enc != store.EncodingRaw {
+		s += ":" + e.enc + ":" + strconv.FormatInt(e.stored, 10)
+	}
+	return s
 }
 
 // pack is a decoded pack manifest.
@@ -64,10 +81,8 @@ func encodeManifest(blob digest.Digest, entries []entry, created time.Time) ([]b
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		b.WriteString(e.d.Encoded())
-		b.WriteByte(':')
-		b.WriteString(strconv.FormatInt(e.size, 10))
-		size += e.size
+		b.WriteString(formatEntry(e))
+		size += e.stored
 	}
 	m := ocispec.Manifest{
 		MediaType:    ocispec.MediaTypeImageManifest,
@@ -119,8 +134,8 @@ func decodeManifest(b []byte) (*pack, error) {
 	return p, nil
 }
 
-// parseObjects parses a list of objects ("<hex>:<size>,...") that must tile the
-// size bytes of pack blob exactly.
+// parseObjects parses a list of objects ("<hex>:<size>[:<encoding>:<stored>],...")
+// whose stored bytes must tile the size bytes of pack blob exactly.
 func parseObjects(blob digest.Digest, size int64, list string) ([]entry, error) {
 	if list == "" {
 		return nil, fmt.Errorf("pack %s: no objects: object %w", blob, errdefs.ErrCorrupt)
@@ -128,19 +143,46 @@ func parseObjects(blob digest.Digest, size int64, list string) ([]entry, error) 
 	var entries []entry
 	var off int64
 	for item := range strings.SplitSeq(list, ",") {
-		hex, sz, ok := strings.Cut(item, ":")
-		d := digest.NewDigestFromEncoded(digest.SHA256, hex)
-		n, err := strconv.ParseInt(sz, 10, 64)
-		if !ok || d.Validate() != nil || err != nil || n < 0 || n > size-off || strconv.FormatInt(n, 10) != sz {
+		e, ok := parseEntry(item, off, size-off)
+		if !ok {
 			return nil, fmt.Errorf("pack %s: bad object %q at %d: object %w", blob, truncate(item), off, errdefs.ErrCorrupt)
 		}
-		entries = append(entries, entry{d: d, off: off, size: n})
-		off += n
+		entries = append(entries, e)
+		off += e.stored
 	}
 	if off != size {
 		return nil, fmt.Errorf("pack %s: objects cover %d of its %d bytes: object %w", blob, off, size, errdefs.ErrCorrupt)
 	}
 	return entries, nil
+}
+
+// parseEntry parses one listed object stored at off, with at most room bytes of the
+// blob left for it. Numbers must be in canonical form, an encoded object's plain size
+// within store.MaxEncodedObject and its encoding one this version reads.
+func parseEntry(item string, off, room int64) (entry, bool) {
+	f := strings.Split(item, ":")
+	if len(f) != 2 && len(f) != 4 {
+		return entry{}, false
+	}
+	d := digest.NewDigestFromEncoded(digest.SHA256, f[0])
+	n, ok := canonicalSize(f[1])
+	if d.Validate() != nil || !ok {
+		return entry{}, false
+	}
+	e := rawEntry(d, off, n)
+	if len(f) == 4 {
+		stored, ok := canonicalSize(f[3])
+		if !ok || f[2] != store.EncodingZstd || n > store.MaxEncodedObject {
+			return entry{}, false
+		}
+		e.enc, e.stored = f[2], stored
+	}
+	return e, e.stored <= room
+}
+
+func canonicalSize(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil && n >= 0 && strconv.FormatInt(n, 10) == s
 }
 
 func truncate(s string) string {

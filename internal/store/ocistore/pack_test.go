@@ -13,7 +13,8 @@ import (
 )
 
 func TestManifestRoundTrip(t *testing.T) {
-	entries := []entry{{d: digest.FromString("a"), off: 0, size: 10}, {d: digest.FromString("b"), off: 10, size: 0}, {d: digest.FromString("c"), off: 10, size: 5}}
+	entries := []entry{rawEntry(digest.FromString("a"), 0, 10), rawEntry(digest.FromString("b"), 10, 0), rawEntry(digest.FromString("c"), 10, 5),
+		{d: digest.FromString("d"), off: 15, size: 262144, stored: 7, enc: store.EncodingZstd}}
 	blob := digest.FromString("blob")
 	created := time.Date(2026, 11, 22, 3, 0, 0, 0, time.UTC)
 	b, err := encodeManifest(blob, entries, created)
@@ -24,7 +25,7 @@ func TestManifestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.blob != blob || p.size != 15 || len(p.entries) != 3 || !p.created.Equal(created) || p.manifest != digest.FromBytes(b) {
+	if p.blob != blob || p.size != 22 || len(p.entries) != 4 || !p.created.Equal(created) || p.manifest != digest.FromBytes(b) {
 		t.Fatalf("decoded %+v", p)
 	}
 	for i, e := range p.entries {
@@ -32,13 +33,13 @@ func TestManifestRoundTrip(t *testing.T) {
 			t.Fatalf("entry %d: %+v, want %+v", i, e, entries[i])
 		}
 	}
-	if _, err := encodeManifest(blob, []entry{{d: digest.FromString("a"), off: 3, size: 1}}, created); err == nil {
+	if _, err := encodeManifest(blob, []entry{rawEntry(digest.FromString("a"), 3, 1)}, created); err == nil {
 		t.Fatal("encoded objects that do not start at 0")
 	}
 }
 
 func TestDecodeManifestRefuses(t *testing.T) {
-	good, _ := encodeManifest(digest.FromString("blob"), []entry{{d: digest.FromString("a"), size: 10}}, time.Now())
+	good, _ := encodeManifest(digest.FromString("blob"), []entry{rawEntry(digest.FromString("a"), 0, 10)}, time.Now())
 	hexA := digest.FromString("a").Encoded()
 	for name, b := range map[string]string{
 		"not json":        "{",
@@ -49,6 +50,10 @@ func TestDecodeManifestRefuses(t *testing.T) {
 		"bad digest":      strings.Replace(string(good), hexA, "zz", 1),
 		"no objects":      strings.Replace(string(good), hexA+":10", "", 1),
 		"padded size":     strings.Replace(string(good), hexA+":10", hexA+":010", 1),
+		"three fields":    strings.Replace(string(good), hexA+":10", hexA+":100:zstd", 1),
+		"unknown codec":   strings.Replace(string(good), hexA+":10", hexA+":100:lz4:10", 1),
+		"long stored":     strings.Replace(string(good), hexA+":10", hexA+":100:zstd:11", 1),
+		"huge plain size": strings.Replace(string(good), hexA+":10", hexA+":67108865:zstd:10", 1),
 		"bad blob digest": strings.Replace(string(good), digest.FromString("blob").String(), "sha256:1234", 1),
 		"too big":         string(good) + strings.Repeat(" ", MaxManifestSize),
 	} {
@@ -62,13 +67,10 @@ func TestDecodeManifestRefuses(t *testing.T) {
 // its blob exactly, and encoding them again gives the same objects.
 func FuzzDecodeManifest(f *testing.F) {
 	for _, es := range [][]entry{
-		{{d: digest.FromString("a"), size: 10}},
-		{{d: digest.FromString("a"), size: 10}, {d: digest.FromString("b"), off: 10, size: 262144}},
+		{rawEntry(digest.FromString("a"), 0, 10)},
+		{rawEntry(digest.FromString("a"), 0, 10), rawEntry(digest.FromString("b"), 10, 262144)},
+		{rawEntry(digest.FromString("a"), 0, 10), {d: digest.FromString("b"), off: 10, size: 262144, stored: 900, enc: store.EncodingZstd}},
 	} {
-		var size int64
-		for _, e := range es {
-			size += e.size
-		}
 		b, _ := encodeManifest(digest.FromString("blob"), es, time.Unix(0, 0))
 		f.Add(b)
 	}
@@ -83,10 +85,11 @@ func FuzzDecodeManifest(f *testing.F) {
 		}
 		var off int64
 		for _, e := range p.entries {
-			if e.off != off || e.size < 0 || store.CheckDigest(e.d) != nil {
+			if e.off != off || e.size < 0 || e.stored < 0 || store.CheckDigest(e.d) != nil ||
+				(e.enc == store.EncodingRaw && e.stored != e.size) {
 				t.Fatalf("entry %+v at %d", e, off)
 			}
-			off += e.size
+			off += e.stored
 		}
 		if off != p.size || len(p.entries) == 0 {
 			t.Fatalf("entries cover %d of %d", off, p.size)
@@ -104,7 +107,7 @@ func FuzzDecodeManifest(f *testing.F) {
 
 func FuzzDecodeCheckpoint(f *testing.F) {
 	p := &pack{blob: digest.FromString("blob"), size: 15, created: time.Unix(1700000000, 0),
-		entries: []entry{{d: digest.FromString("a"), size: 10}, {d: digest.FromString("b"), off: 10, size: 5}}}
+		entries: []entry{rawEntry(digest.FromString("a"), 0, 10), {d: digest.FromString("b"), off: 10, size: 5000, stored: 5, enc: store.EncodingZstd}}}
 	f.Add(encodeCheckpoint([]*pack{p, p}))
 	f.Add([]byte("x 1 2 y\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {
@@ -118,10 +121,10 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 		for _, p := range ps {
 			var off int64
 			for _, e := range p.entries {
-				if e.off != off || e.size < 0 {
+				if e.off != off || e.size < 0 || e.stored < 0 {
 					t.Fatalf("entry %+v at %d", e, off)
 				}
-				off += e.size
+				off += e.stored
 			}
 			if off != p.size || len(p.entries) == 0 {
 				t.Fatalf("entries cover %d of %d", off, p.size)

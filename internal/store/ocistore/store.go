@@ -60,7 +60,12 @@ type Options struct {
 	// CheckpointQuiet: a node checkpoints the rest of its packs once its uploads
 	// pause this long (1s).
 	CheckpointQuiet time.Duration
-	Logger          *slog.Logger
+	// Compress keeps each object of up to store.MaxEncodedObject bytes as a zstd
+	// frame in its pack when that saves at least a sixteenth of it
+	// (store.EncodeObject); the pack lists its encoding and sizes. Reads decode
+	// whatever encoding an object was stored with.
+	Compress bool
+	Logger   *slog.Logger
 }
 
 // Store is a store.Store in a repository of an OCI registry. See the package doc.
@@ -99,9 +104,9 @@ type packState struct {
 }
 
 type location struct {
-	blob      digest.Digest
-	off, size int64
-	created   time.Time
+	blob    digest.Digest
+	entry   // where in the blob, and how it is kept
+	created time.Time
 }
 
 var (
@@ -212,7 +217,7 @@ func (s *Store) addPackLocked(p *pack, added time.Time) {
 	}
 	s.packs[p.blob] = &packState{pack: p, added: added}
 	for _, e := range p.entries {
-		s.where[e.d] = append(s.where[e.d], location{blob: p.blob, off: e.off, size: e.size, created: p.created})
+		s.where[e.d] = append(s.where[e.d], location{blob: p.blob, entry: e, created: p.created})
 	}
 }
 
@@ -534,6 +539,22 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 		if l.size == 0 {
 			return io.NopCloser(store.VerifyingReader(bytes.NewReader(nil), d, 0)), nil
 		}
+		if l.enc != store.EncodingRaw {
+			// An encoded object is read whole, decoded and verified before its first
+			// byte is handed out (it is at most store.MaxEncodedObject).
+			b, err := s.readSpan(ctx, l.blob, l.off, l.stored)
+			if errors.Is(err, errdefs.ErrNotFound) && attempt == 0 {
+				s.dropPack(l.blob)
+				continue
+			}
+			if err == nil {
+				b, err = store.DecodeObject(d, l.size, l.enc, b)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("get %s: %w", d, err)
+			}
+			return io.NopCloser(bytes.NewReader(b)), nil
+		}
 		cctx, cancel := s.bound(ctx)
 		rc, err := s.c.readRange(cctx, l.blob, l.off, l.size)
 		if errors.Is(err, errdefs.ErrNotFound) && attempt == 0 {
@@ -567,7 +588,7 @@ func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
 	if err != nil {
 		return store.Info{}, fmt.Errorf("stat %s: %w", d, err)
 	}
-	return store.Info{Digest: d, Size: l.size, ModTime: l.created}, nil
+	return store.Info{Digest: d, Size: l.size, Stored: l.stored, ModTime: l.created}, nil
 }
 
 func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
@@ -577,7 +598,7 @@ func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
 	s.mu.Lock()
 	infos := make([]store.Info, 0, len(s.where))
 	for d, ls := range s.where {
-		i := store.Info{Digest: d, Size: ls[0].size, ModTime: ls[0].created}
+		i := store.Info{Digest: d, Size: ls[0].size, Stored: ls[0].stored, ModTime: ls[0].created}
 		for _, l := range ls[1:] {
 			if l.created.Before(i.ModTime) {
 				i.ModTime = l.created
@@ -658,13 +679,13 @@ func (s *Store) GetBatch(ctx context.Context, ds []digest.Digest, fn func(d dige
 	for _, w := range wants {
 		if n := len(spans); n > 0 {
 			sp := spans[n-1]
-			end := max(sp.end, w.l.off+w.l.size)
+			end := max(sp.end, w.l.off+w.l.stored)
 			if sp.blob == w.l.blob && w.l.off-sp.end <= s.o.RangeGap && end-sp.start <= s.o.MaxRange {
 				sp.end, sp.objs = end, append(sp.objs, w)
 				continue
 			}
 		}
-		spans = append(spans, &span{blob: w.l.blob, start: w.l.off, end: w.l.off + w.l.size, objs: []want{w}})
+		spans = append(spans, &span{blob: w.l.blob, start: w.l.off, end: w.l.off + w.l.stored, objs: []want{w}})
 	}
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(4)
@@ -685,14 +706,16 @@ func (s *Store) GetBatch(ctx context.Context, ds []digest.Digest, fn func(d dige
 					report(w.d, nil, fmt.Errorf("get %s: %w", w.d, err))
 					continue
 				}
-				b := buf[w.l.off-sp.start : w.l.off-sp.start+w.l.size : w.l.off-sp.start+w.l.size]
-				if len(sp.objs) > 1 {
+				from, to := w.l.off-sp.start, w.l.off-sp.start+w.l.stored
+				b := buf[from:to:to]
+				if len(sp.objs) > 1 && w.l.enc == store.EncodingRaw {
 					// Its own copy: a caller that keeps it (the cache) keeps no
 					// neighbours and gaps it does not count.
 					b = append([]byte(nil), b...)
 				}
-				if verr := store.Verify(w.d, b); verr != nil {
-					report(w.d, nil, verr)
+				b, verr := store.DecodeObject(w.d, w.l.size, w.l.enc, b)
+				if verr != nil {
+					report(w.d, nil, fmt.Errorf("get %s: %w", w.d, verr))
 					continue
 				}
 				report(w.d, b, nil)
@@ -760,7 +783,11 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 	if _, err := buf.ReadFrom(io.LimitReader(store.VerifyingReader(r, d, size), size+1)); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	b := s.join(d, buf.Bytes())
+	o := pendingObject{d: d, data: buf.Bytes(), size: size}
+	if s.o.Compress {
+		o.data, o.enc = store.EncodeObject(o.data)
+	}
+	b := s.join(o)
 	select {
 	case <-b.done:
 		if b.err != nil {
@@ -785,14 +812,14 @@ func (s *Store) putStream(ctx context.Context, d digest.Digest, size int64, r io
 		return fmt.Errorf("put %s: %w", d, err)
 	}
 	created := time.Now()
-	m, err := encodeManifest(d, []entry{{d: d, size: size}}, created)
+	m, err := encodeManifest(d, []entry{rawEntry(d, 0, size)}, created)
 	if err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
 	if err := s.c.putManifest(cctx, packTag(d), m); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
 	}
-	p := &pack{blob: d, size: size, entries: []entry{{d: d, size: size}}, created: created.UTC().Truncate(time.Second), manifest: digest.FromBytes(m)}
+	p := &pack{blob: d, size: size, entries: []entry{rawEntry(d, 0, size)}, created: created.UTC().Truncate(time.Second), manifest: digest.FromBytes(m)}
 	s.addPack(p)
 	s.ownPack(p)
 	return nil
@@ -806,23 +833,28 @@ type batch struct {
 	err   error
 }
 
+// pendingObject is an object on its way into a pack: data is its stored form
+// (encoded with enc), size its plain size.
 type pendingObject struct {
 	d    digest.Digest
 	data []byte
+	size int64
+	enc  string
 }
 
 // join adds an object to the pack being filled (group commit: a pack uploads as
 // soon as no other is uploading, or when full; Puts arriving meanwhile fill the
 // next one). Objects of SoloSize or more get a pack of their own.
-func (s *Store) join(d digest.Digest, data []byte) *batch {
+func (s *Store) join(o pendingObject) *batch {
 	s.bmu.Lock()
 	defer s.bmu.Unlock()
+	d := o.d
 	if b := s.pending[d]; b != nil {
 		return b // the same object is on its way already
 	}
-	size := int64(len(data))
+	size := int64(len(o.data))
 	if size >= s.o.SoloSize {
-		b := &batch{objs: []pendingObject{{d, data}}, bytes: size, done: make(chan struct{})}
+		b := &batch{objs: []pendingObject{o}, bytes: size, done: make(chan struct{})}
 		s.pending[d] = b
 		s.ready = append(s.ready, b)
 		s.kickLocked()
@@ -836,7 +868,7 @@ func (s *Store) join(d digest.Digest, data []byte) *batch {
 		s.open = &batch{done: make(chan struct{})}
 	}
 	b := s.open
-	b.objs = append(b.objs, pendingObject{d, data})
+	b.objs = append(b.objs, o)
 	b.bytes += size
 	s.pending[d] = b
 	if b.bytes >= s.o.PackSize {
@@ -886,7 +918,7 @@ func (s *Store) uploadPack(objs []pendingObject) error {
 	entries := make([]entry, len(objs))
 	var off int64
 	for i, o := range objs {
-		entries[i] = entry{d: o.d, off: off, size: int64(len(o.data))}
+		entries[i] = entry{d: o.d, off: off, size: o.size, stored: int64(len(o.data)), enc: o.enc}
 		off += int64(len(o.data))
 	}
 	if len(objs) == 1 {
@@ -1006,13 +1038,13 @@ func (s *Store) repackWithout(ctx context.Context, p *pack, d digest.Digest) err
 		var objs []pendingObject
 		seen := map[digest.Digest]bool{}
 		for _, e := range rest {
-			b := buf[e.off : e.off+e.size]
-			if err := store.Verify(e.d, b); err != nil {
+			b := buf[e.off : e.off+e.stored]
+			if _, err := store.DecodeObject(e.d, e.size, e.enc, b); err != nil {
 				return fmt.Errorf("pack %s holds a damaged object; not repacking it: %w", p.blob, err)
 			}
 			if !seen[e.d] {
 				seen[e.d] = true
-				objs = append(objs, pendingObject{e.d, b})
+				objs = append(objs, pendingObject{d: e.d, data: b, size: e.size, enc: e.enc})
 			}
 		}
 		if err := s.uploadPack(objs); err != nil {

@@ -119,7 +119,7 @@ func corrupt(t *testing.T, s *Store, d digest.Digest) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	at := l.off + l.size/2
+	at := l.off + l.stored/2
 	b := make([]byte, 1)
 	if _, err := f.ReadAt(b, at); err != nil {
 		t.Fatal(err)
@@ -136,8 +136,10 @@ func TestSuite(t *testing.T) {
 		modify func(*Options)
 	}{
 		{"default", nil},
-		// Tiny packs and a low solo bound: every path of group commit is taken.
-		{"smallpacks", func(o *Options) { o.PackSize, o.SoloSize = 8<<10, 64<<10 }},
+		{"compressed", func(o *Options) { o.Compress = true }},
+		// Tiny packs and a low solo bound: every path of group commit is taken,
+		// with objects kept compressed where that pays.
+		{"smallpacks", func(o *Options) { o.PackSize, o.SoloSize, o.Compress = 8<<10, 64<<10, true }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			storetest.Run(t, storetest.Harness{
@@ -381,7 +383,7 @@ func TestHostilePackManifest(t *testing.T) {
 	}
 	// Objects that claim more bytes than the blob has.
 	lie := digest.FromString("lie")
-	m, err := encodeManifest(bd, []entry{{d: lie, size: 100}}, time.Now())
+	m, err := encodeManifest(bd, []entry{rawEntry(lie, 0, 100)}, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,9 +470,10 @@ func TestParseLocation(t *testing.T) {
 		loc, wantErr string
 		want         Options
 	}{
-		{loc: "registry://127.0.0.1:5000/slacker/chunks", want: Options{Repository: "127.0.0.1:5000/slacker/chunks"}},
-		{loc: "registry://reg.example.com/a/b?insecure=1&timeout=10s&pack=8MiB&solo=2MiB",
+		{loc: "registry://127.0.0.1:5000/slacker/chunks", want: Options{Repository: "127.0.0.1:5000/slacker/chunks", Compress: true}},
+		{loc: "registry://reg.example.com/a/b?insecure=1&timeout=10s&pack=8MiB&solo=2MiB&compress=none",
 			want: Options{Repository: "reg.example.com/a/b", Insecure: true, Timeout: 10 * time.Second, PackSize: 8 << 20, SoloSize: 2 << 20}},
+		{loc: "registry://host/r?compress=gzip", wantErr: `compress "gzip"`},
 		{loc: "registry://host/", wantErr: "want registry://"},
 		{loc: "registry://u:p@host/r", wantErr: "docker login"},
 		{loc: "registry://host/r?pack=huge", wantErr: "pack"},
@@ -687,4 +690,66 @@ func TestFaults(t *testing.T) {
 		}
 		return s
 	})
+}
+
+// A compressing node packs text-like chunks as zstd frames, and random ones as
+// they are; every node, compressing or not, reads both back, one by one and in
+// batches, and the pack blob holds the compressed bytes.
+func TestCompressedPacks(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t, func(o *Options) { o.Compress = true })
+	text := bytes.Repeat([]byte("Package: libc6\nVersion: 2.36-9\n"), 9000)[:256<<10]
+	random := randBytes(256 << 10)
+	var ds []digest.Digest
+	var wg sync.WaitGroup
+	for _, b := range [][]byte{text, random} {
+		d := digest.FromBytes(b)
+		ds = append(ds, d)
+		wg.Add(1)
+		go func() { // concurrently, so both join one pack
+			defer wg.Done()
+			if err := s.Put(ctx, d, int64(len(b)), bytes.NewReader(b)); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	ti, err := s.Stat(ctx, ds[0])
+	if err != nil || ti.Size != int64(len(text)) || ti.Stored <= 0 || ti.Stored > ti.Size/8 {
+		t.Fatalf("text chunk: %+v, %v; want it stored in under an eighth of its size", ti, err)
+	}
+	ri, err := s.Stat(ctx, ds[1])
+	if err != nil || ri.StoredBytes() != ri.Size {
+		t.Fatalf("random chunk: %+v, %v; want it stored as it is", ri, err)
+	}
+	var blobBytes int64
+	for _, d := range ds {
+		l, _ := s.lookup(d)
+		fi, err := os.Stat(registryFile("blobs", "sha256", l.blob.Encoded()[:2], l.blob.Encoded(), "data"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		blobBytes += fi.Size()
+	}
+	if want := ti.Stored + ri.Size; blobBytes != want && blobBytes != 2*want {
+		t.Errorf("pack blobs hold %d bytes, want %d (one pack or two)", blobBytes, want)
+	}
+	for _, other := range []*Store{reopen(t, s, nil), reopen(t, s, func(o *Options) { o.Compress = false })} {
+		for i, b := range [][]byte{text, random} {
+			got, err := store.ReadAll(ctx, other, ds[i])
+			if err != nil || !bytes.Equal(got, b) {
+				t.Fatalf("another node reads %s: %v", ds[i], err)
+			}
+		}
+		n := 0
+		err := other.GetBatch(ctx, ds, func(d digest.Digest, data []byte, err error) {
+			n++
+			if err != nil || digest.FromBytes(data) != d {
+				t.Errorf("batch %s: %v", d, err)
+			}
+		})
+		if err != nil || n != 2 {
+			t.Fatalf("batch: %d objects, %v", n, err)
+		}
+	}
 }

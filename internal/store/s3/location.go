@@ -7,14 +7,18 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // Location is a parsed store location:
 //
-//	s3://[ACCESS:SECRET@]HOST[:PORT]/BUCKET[/PREFIX][?insecure=1&region=R&create=1&timeout=2m]
+//	s3://[ACCESS:SECRET@]HOST[:PORT]/BUCKET[/PREFIX][?insecure=1&region=R&create=1&timeout=2m&compress=zstd]
 //
 // Without credentials in the location, they come from the environment (see
-// Options). insecure=1 speaks plain HTTP; create=1 makes the bucket if it is missing.
+// Options). insecure=1 speaks plain HTTP; create=1 makes the bucket if it is missing;
+// compress=zstd (the default) keeps objects compressed where that pays,
+// compress=none keeps new objects as they are (Options.Compress).
 type Location struct {
 	Options
 	Create bool
@@ -48,6 +52,7 @@ func ParseLocation(loc string) (Location, error) {
 		l.AccessKey = u.User.Username()
 		l.SecretKey, _ = u.User.Password()
 	}
+	l.Compress = true
 	q := u.Query()
 	for k, vs := range q {
 		v := vs[len(vs)-1]
@@ -62,8 +67,12 @@ func ParseLocation(loc string) (Location, error) {
 			if l.Timeout, err = time.ParseDuration(v); err != nil || l.Timeout <= 0 {
 				return l, fmt.Errorf("store location %s: timeout %q: want a duration such as 30s", redactURL(u), v)
 			}
+		case "compress":
+			if l.Compress, err = store.ParseCompress(v); err != nil {
+				return l, fmt.Errorf("store location %s: %v", redactURL(u), err)
+			}
 		default:
-			return l, fmt.Errorf("store location %s: unknown parameter %q (known: insecure, create, region, timeout)", redactURL(u), k)
+			return l, fmt.Errorf("store location %s: unknown parameter %q (known: insecure, create, region, timeout, compress)", redactURL(u), k)
 		}
 	}
 	return l, nil

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -47,7 +48,18 @@ type Options struct {
 	// Transport carries the requests (default: a pooled http.Transport). Tests and
 	// fault injection wrap it.
 	Transport http.RoundTripper
+	// Compress keeps each object of up to store.MaxEncodedObject bytes as a zstd
+	// frame when that saves at least a sixteenth of it (store.EncodeObject), with its
+	// encoding and plain size in the object's metadata. Reads decode whatever
+	// encoding an object was stored with, so a bucket may hold both.
+	Compress bool
 }
+
+// User metadata of a compressed object (x-amz-meta-slacker-encoding, -size).
+const (
+	metaEncoding = "Slacker-Encoding"
+	metaSize     = "Slacker-Size"
+)
 
 // Store is a store.Store in an S3 bucket.
 type Store struct {
@@ -178,6 +190,8 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 	defer cancel()
 	var body io.Reader
 	var vr *recordingReader
+	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true, DisableMultipart: true}
+	storedSize, storedSum := size, d.Encoded()
 	if size <= s.o.BufferLimit {
 		// Read and verify first: nothing that fails its digest is ever sent, and a
 		// bytes.Reader lets the client replay the request after a transient failure.
@@ -186,19 +200,25 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 		if _, err := buf.ReadFrom(io.LimitReader(store.VerifyingReader(r, d, size), size+1)); err != nil {
 			return fmt.Errorf("put %s: %w", d, err)
 		}
-		body = bytes.NewReader(buf.Bytes())
+		data := buf.Bytes()
+		if s.o.Compress {
+			if z, enc := store.EncodeObject(data); enc != store.EncodingRaw {
+				data, storedSize, storedSum = z, int64(len(z)), digest.FromBytes(z).Encoded()
+				opts.UserMetadata = map[string]string{metaEncoding: enc, metaSize: strconv.FormatInt(size, 10)}
+			}
+		}
+		body = bytes.NewReader(data)
 	} else {
 		vr = &recordingReader{r: store.VerifyingReader(r, d, size)}
 		body = vr
 	}
-	// The signed x-amz-content-sha256 is the digest itself: the server refuses a
-	// body that does not hash to it, so a damaged transfer never becomes the object.
-	// If-None-Match: * keeps the first copy (and its modification time, which
-	// garbage collection goes by); a server without conditional writes overwrites
-	// it with the same bytes.
-	opts := minio.PutObjectOptions{ContentType: "application/octet-stream", DisableContentSha256: true, DisableMultipart: true}
+	// The signed x-amz-content-sha256 is the digest itself (of the compressed form,
+	// for a compressed object): the server refuses a body that does not hash to it,
+	// so a damaged transfer never becomes the object. If-None-Match: * keeps the
+	// first copy (and its modification time, which garbage collection goes by); a
+	// server without conditional writes overwrites it with equivalent bytes.
 	opts.SetMatchETagExcept("*")
-	_, err := s.core.PutObject(cctx, s.o.Bucket, s.Key(d), body, size, "", d.Encoded(), opts)
+	_, err := s.core.PutObject(cctx, s.o.Bucket, s.Key(d), body, storedSize, "", storedSum, opts)
 	if vr != nil {
 		if verr := vr.failure(); verr != nil && errors.Is(verr, errdefs.ErrCorrupt) {
 			return fmt.Errorf("put %s: %w", d, verr)
@@ -227,7 +247,47 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 		cancel()
 		return nil, fmt.Errorf("get %s: %w", d, err)
 	}
-	return store.VerifyingBody(body, d, info.Size, func(err error) error { return s.mapErr(ctx, cctx, err) }, cancel), nil
+	enc, plainSize, err := encodingOf(d, info.UserMetadata, info.Size)
+	if err != nil || enc == store.EncodingRaw {
+		if err != nil {
+			body.Close()
+			cancel()
+			return nil, err
+		}
+		return store.VerifyingBody(body, d, info.Size, func(err error) error { return s.mapErr(ctx, cctx, err) }, cancel), nil
+	}
+	// A compressed object is read whole (it is at most store.MaxEncodedObject),
+	// decoded and verified before its first byte is handed out.
+	defer cancel()
+	defer body.Close()
+	stored := make([]byte, info.Size+1)
+	n, err := io.ReadFull(body, stored)
+	switch {
+	case err == io.ErrUnexpectedEOF && int64(n) == info.Size:
+	case err == nil || err == io.EOF || err == io.ErrUnexpectedEOF:
+		return nil, fmt.Errorf("get %s: %d bytes stored, the store said %d: object %w", d, n, info.Size, errdefs.ErrCorrupt)
+	default:
+		return nil, fmt.Errorf("get %s: %w", d, s.mapErr(ctx, cctx, err))
+	}
+	plain, err := store.DecodeObject(d, plainSize, enc, stored[:n])
+	if err != nil {
+		return nil, fmt.Errorf("get %s: %w", d, err)
+	}
+	return io.NopCloser(bytes.NewReader(plain)), nil
+}
+
+// encodingOf reads how object d is stored from its user metadata: the encoding and
+// the plain size (storedSize for a raw object).
+func encodingOf(d digest.Digest, meta map[string]string, storedSize int64) (string, int64, error) {
+	enc := meta[metaEncoding]
+	if enc == store.EncodingRaw {
+		return enc, storedSize, nil
+	}
+	size, err := strconv.ParseInt(meta[metaSize], 10, 64)
+	if err != nil || size < 0 || size > store.MaxEncodedObject {
+		return "", 0, fmt.Errorf("object %s: stored %s with a bad plain size %q: object %w", d, enc, meta[metaSize], errdefs.ErrCorrupt)
+	}
+	return enc, size, nil
 }
 
 func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error) {
@@ -248,14 +308,21 @@ func (s *Store) Stat(ctx context.Context, d digest.Digest) (store.Info, error) {
 	if err != nil {
 		return store.Info{}, fmt.Errorf("stat %s: %w", d, s.mapErr(ctx, cctx, err))
 	}
-	return store.Info{Digest: d, Size: info.Size, ModTime: info.LastModified.Truncate(time.Second)}, nil
+	_, size, err := encodingOf(d, info.UserMetadata, info.Size)
+	if err != nil {
+		return store.Info{}, fmt.Errorf("stat %s: %w", d, err)
+	}
+	return store.Info{Digest: d, Size: size, Stored: info.Size, ModTime: info.LastModified.Truncate(time.Second)}, nil
 }
 
 func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	top := s.o.Prefix + "sha256/"
-	for obj := range s.client.ListObjectsIter(lctx, s.o.Bucket, minio.ListObjectsOptions{Prefix: top, Recursive: true}) {
+	// WithMetadata: MinIO lists each object's user metadata, so a compressed
+	// object's plain size is known without a HEAD; AWS S3 ignores it, and then a
+	// compressed object lists its stored size (see store.Info).
+	for obj := range s.client.ListObjectsIter(lctx, s.o.Bucket, minio.ListObjectsOptions{Prefix: top, Recursive: true, WithMetadata: true}) {
 		if obj.Err != nil {
 			return fmt.Errorf("list %s: %w", s, s.mapErr(ctx, lctx, obj.Err))
 		}
@@ -265,8 +332,12 @@ func (s *Store) List(ctx context.Context, fn func(store.Info) error) error {
 		if !ok || d.Validate() != nil || !strings.HasPrefix(hex, dir) || len(dir) != 2 {
 			continue // not ours (a stray key); never report it as an object
 		}
+		size := obj.Size
+		if _, plain, err := encodingOf(d, obj.UserMetadataStripped, obj.Size); err == nil {
+			size = plain
+		}
 		// HEAD gives whole seconds, listings milliseconds: say the same in both.
-		if err := fn(store.Info{Digest: d, Size: obj.Size, ModTime: obj.LastModified.Truncate(time.Second)}); err != nil {
+		if err := fn(store.Info{Digest: d, Size: size, Stored: obj.Size, ModTime: obj.LastModified.Truncate(time.Second)}); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -86,21 +87,105 @@ func raw(t *testing.T) *minio.Client {
 }
 
 func TestSuite(t *testing.T) {
-	storetest.Run(t, storetest.Harness{
-		New: func(t *testing.T) store.Store { return newStore(t) },
-		Corrupt: func(t *testing.T, st store.Store, d digest.Digest) {
-			s := st.(*Store)
-			ctx := context.Background()
-			b, err := store.ReadAll(ctx, s, d)
-			if err != nil {
-				t.Fatal(err)
-			}
-			b[len(b)/2] ^= 0x40
-			if _, err := s.client.PutObject(ctx, s.Bucket(), s.Key(d), bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{}); err != nil {
-				t.Fatal(err)
-			}
-		},
-	})
+	for _, compress := range []string{"zstd", "none"} {
+		t.Run("compress="+compress, func(t *testing.T) {
+			storetest.Run(t, storetest.Harness{
+				New: func(t *testing.T) store.Store {
+					s := newStore(t)
+					s.o.Compress = compress == "zstd"
+					return s
+				},
+				Corrupt: corruptStored,
+			})
+		})
+	}
+}
+
+// corruptStored flips a byte of the bytes the server keeps for d (its compressed
+// form, for a compressed object), keeping the object's metadata.
+func corruptStored(t *testing.T, st store.Store, d digest.Digest) {
+	s := st.(*Store)
+	ctx := context.Background()
+	body, info, _, err := s.core.GetObject(ctx, s.Bucket(), s.Key(d), minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(body)
+	body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	if _, err := s.client.PutObject(ctx, s.Bucket(), s.Key(d), bytes.NewReader(b), int64(len(b)), minio.PutObjectOptions{UserMetadata: info.UserMetadata}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A compressing store keeps text-like chunks compressed on the server, with their
+// plain size in the metadata, and reads back the plain bytes; a store with
+// compression off reads them too.
+func TestCompressedObjects(t *testing.T) {
+	ctx := t.Context()
+	s := newStore(t)
+	plain := bytes.Repeat([]byte("Package: libc6\nVersion: 2.36-9\n"), 9000)[:256<<10]
+	d, err := store.PutBytes(ctx, s, plain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	oi, err := s.client.StatObject(ctx, s.Bucket(), s.Key(d), minio.StatObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oi.Size >= int64(len(plain))/4 || oi.UserMetadata[metaEncoding] != store.EncodingZstd || oi.UserMetadata[metaSize] != "262144" {
+		t.Fatalf("on the server: %d bytes, metadata %v; want a zstd frame well under %d bytes", oi.Size, oi.UserMetadata, len(plain))
+	}
+	info, err := s.Stat(ctx, d)
+	if err != nil || info.Size != int64(len(plain)) || info.Stored != oi.Size {
+		t.Fatalf("stat: %+v, %v", info, err)
+	}
+	var listed []store.Info
+	if err := s.List(ctx, func(i store.Info) error { listed = append(listed, i); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(listed) != 1 || listed[0].Size != int64(len(plain)) || listed[0].StoredBytes() != oi.Size {
+		t.Fatalf("list: %+v", listed)
+	}
+	plainStore := *s
+	plainStore.o.Compress = false
+	for _, st := range []store.Store{s, &plainStore} {
+		got, err := store.ReadAll(ctx, st, d)
+		if err != nil || !bytes.Equal(got, plain) {
+			t.Fatalf("read back: %v", err)
+		}
+		part, err := st.GetRange(ctx, d, 4096, 100)
+		if err != nil || !bytes.Equal(part, plain[4096:4196]) {
+			t.Fatalf("range: %v", err)
+		}
+	}
+	// A plain size the object does not have, or an encoding this version does not
+	// know, is never served.
+	body, _, _, err := s.core.GetObject(ctx, s.Bucket(), s.Key(d), minio.GetObjectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stored, err := io.ReadAll(body)
+	body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, meta := range []map[string]string{
+		{metaEncoding: store.EncodingZstd, metaSize: "4096"},
+		{metaEncoding: store.EncodingZstd, metaSize: "lots"},
+		{metaEncoding: "lz4", metaSize: "262144"},
+		nil, // the frame served as if it were the content
+	} {
+		if _, err := s.client.PutObject(ctx, s.Bucket(), s.Key(d), bytes.NewReader(stored), int64(len(stored)), minio.PutObjectOptions{UserMetadata: meta}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := store.ReadAll(ctx, s, d); !errors.Is(err, errdefs.ErrCorrupt) && !errors.Is(err, errdefs.ErrUnsupported) {
+			t.Errorf("metadata %v: read %v, want corrupt or unsupported", meta, err)
+		}
+	}
 }
 
 // The server itself refuses a body that does not hash to the object's name: the
@@ -262,9 +347,12 @@ func TestParseLocation(t *testing.T) {
 		wantErr string
 	}{
 		{loc: "s3://AK:SK@127.0.0.1:9000/bucket/some/prefix?insecure=1&create=1",
-			want: Location{Options: Options{Endpoint: "127.0.0.1:9000", Bucket: "bucket", Prefix: "some/prefix", AccessKey: "AK", SecretKey: "SK", Insecure: true}, Create: true}},
+			want: Location{Options: Options{Endpoint: "127.0.0.1:9000", Bucket: "bucket", Prefix: "some/prefix", AccessKey: "AK", SecretKey: "SK", Insecure: true, Compress: true}, Create: true}},
 		{loc: "s3://s3.example.com/b?region=eu-west-1&timeout=30s",
-			want: Location{Options: Options{Endpoint: "s3.example.com", Bucket: "b", Region: "eu-west-1", Timeout: 30 * time.Second}}},
+			want: Location{Options: Options{Endpoint: "s3.example.com", Bucket: "b", Region: "eu-west-1", Timeout: 30 * time.Second, Compress: true}}},
+		{loc: "s3://s3.example.com/b?compress=none",
+			want: Location{Options: Options{Endpoint: "s3.example.com", Bucket: "b"}}},
+		{loc: "s3://host/b?compress=lz4", wantErr: `compress "lz4"`},
 		{loc: "s3://host/", wantErr: "no bucket"},
 		{loc: "s3:///bucket", wantErr: "no host"},
 		{loc: "s3://host/b?colour=red", wantErr: "unknown parameter"},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
 	"sync"
 	"testing"
@@ -43,6 +44,7 @@ func Run(t *testing.T, h Harness) {
 		{"ConcurrentPutSame", testConcurrentPutSame},
 		{"CancelledContext", testCancelled},
 		{"Corruption", testCorruption},
+		{"Compressible", testCompressible},
 		{"BatchGet", testBatchGet},
 		{"ModTime", testModTime},
 		{"Refs", testRefs},
@@ -336,13 +338,78 @@ func testCorruption(t *testing.T, h Harness) {
 	}
 	s := h.New(t)
 	ctx := context.Background()
-	b := randBytes(t, 64<<10)
-	d := put(t, s, b)
-	h.Corrupt(t, s, d)
-	if _, err := store.ReadAll(ctx, s, d); !errors.Is(err, errdefs.ErrCorrupt) {
-		t.Fatalf("get of corrupted object: %v, want ErrCorrupt", err)
+	// Random bytes, and bytes a compressing backend keeps compressed.
+	for _, b := range [][]byte{randBytes(t, 64<<10), compressible(64 << 10)} {
+		d := put(t, s, b)
+		h.Corrupt(t, s, d)
+		if _, err := store.ReadAll(ctx, s, d); !errors.Is(err, errdefs.ErrCorrupt) {
+			t.Fatalf("get of corrupted object of %d bytes: %v, want ErrCorrupt", len(b), err)
+		}
+		if _, err := s.GetRange(ctx, d, 0, 10); !errors.Is(err, errdefs.ErrCorrupt) {
+			t.Fatalf("get range of corrupted object: %v, want ErrCorrupt", err)
+		}
 	}
-	if _, err := s.GetRange(ctx, d, 0, 10); !errors.Is(err, errdefs.ErrCorrupt) {
-		t.Fatalf("get range of corrupted object: %v, want ErrCorrupt", err)
+}
+
+// compressible is n bytes that compress as file-system data does, different on every
+// call (stores of one test server may share content-addressed bytes).
+func compressible(n int) []byte {
+	var b bytes.Buffer
+	seed := make([]byte, 16)
+	rand.Read(seed)
+	fmt.Fprintf(&b, "%x\n", seed)
+	for i := 0; b.Len() < n; i++ {
+		fmt.Fprintf(&b, "Package: lib%d\nVersion: 2.36-%d\nDepends: libc6 (>= 2.34)\n\n", i%97, i%13)
+	}
+	return b.Bytes()[:n]
+}
+
+// testCompressible: objects a backend may keep compressed read back, whole and in
+// ranges and batches, with their plain sizes in Stat and List, and never claim
+// more stored bytes than their size.
+func testCompressible(t *testing.T, h Harness) {
+	s := h.New(t)
+	ctx := context.Background()
+	want := map[digest.Digest][]byte{}
+	for _, n := range []int{4096, 256 << 10, 1<<20 + 17} {
+		b := compressible(n)
+		want[put(t, s, b)] = b
+	}
+	var ds []digest.Digest
+	for d, b := range want {
+		ds = append(ds, d)
+		got, err := store.ReadAll(ctx, s, d)
+		if err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("get %s: %v", d, err)
+		}
+		part, err := s.GetRange(ctx, d, 1000, 3000)
+		if err != nil || !bytes.Equal(part, b[1000:4000]) {
+			t.Fatalf("get range of %s: %v", d, err)
+		}
+		info, err := s.Stat(ctx, d)
+		if err != nil || info.Size != int64(len(b)) || info.StoredBytes() > info.Size || info.StoredBytes() <= 0 {
+			t.Fatalf("stat %s: %+v, %v; want size %d", d, info, err, len(b))
+		}
+	}
+	err := s.List(ctx, func(i store.Info) error {
+		if b, ok := want[i.Digest]; ok && (i.Size != int64(len(b)) || i.StoredBytes() > i.Size) {
+			return fmt.Errorf("list: %+v, want size %d", i, len(b))
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bg, ok := s.(store.BatchGetter); ok {
+		n := 0
+		err := bg.GetBatch(ctx, ds, func(d digest.Digest, data []byte, err error) {
+			if err != nil || !bytes.Equal(data, want[d]) {
+				t.Errorf("batch get %s: %v", d, err)
+			}
+			n++
+		})
+		if err != nil || n != len(ds) {
+			t.Fatalf("batch get: %d of %d objects, %v", n, len(ds), err)
+		}
 	}
 }
