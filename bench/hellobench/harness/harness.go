@@ -139,6 +139,11 @@ func prepare(o *Options) (*plan, error) {
 	default:
 		return nil, fmt.Errorf("store server %q: want s3 or registry", o.StoreServer)
 	}
+	switch o.StoreCompress {
+	case "", "zstd", "none":
+	default:
+		return nil, fmt.Errorf("store compress %q: want zstd or none", o.StoreCompress)
+	}
 	p := &plan{}
 	var err error
 	var rtt time.Duration
@@ -304,6 +309,9 @@ func (h *harness) network(ctx context.Context, rate int64) error {
 		switch h.o.StoreServer {
 		case "registry":
 			h.o.Store = "registry://" + h.reg.Addr + "/slacker/chunks"
+			if h.o.StoreCompress != "" {
+				h.o.Store += "?compress=" + h.o.StoreCompress
+			}
 			storeShown = h.o.Store
 		default:
 			err := rig.InNetns(h.link.NetnsPath, func() error {
@@ -315,6 +323,9 @@ func (h *harness) network(ctx context.Context, rate int64) error {
 				return fmt.Errorf("S3 store behind the link: %w", err)
 			}
 			h.o.Store = h.minio.Location("slacker", "")
+			if h.o.StoreCompress != "" {
+				h.o.Store += "&compress=" + h.o.StoreCompress
+			}
 			storeShown = "s3://" + h.minio.Addr + "/slacker (MinIO)"
 		}
 		h.printf("Slacker's chunk store behind the link: %s", storeShown)

@@ -46,6 +46,9 @@ type Options struct {
 	// "s3" (a MinIO server beside the registry, the default) or "registry" (the
 	// registry's blobs).
 	StoreServer string
+	// StoreCompress is that store's compress parameter: "" (the backend's default,
+	// zstd), "zstd" or "none" (to measure plain chunks beside compressed ones).
+	StoreCompress string
 	// Results, when set, is rewritten after every sample.
 	Results string
 	// Seed fixes the shuffled order (0 = from the clock).

@@ -256,6 +256,7 @@ func TestPrepare(t *testing.T) {
 		{name: "bad snapshotter name", change: func(o *Options) { o.Systems = []string{"overlayfs", "Star=/x.sock"} }, err: "not a usable snapshotter name"},
 		{name: "relative socket", change: func(o *Options) { o.Systems = []string{"stargz=x.sock"} }, err: "NAME=/path"},
 		{name: "bad store server", change: func(o *Options) { o.StoreServer = "nfs" }, err: `store server "nfs"`},
+		{name: "bad store compression", change: func(o *Options) { o.StoreCompress = "gzip" }, err: `store compress "gzip"`},
 		{name: "no work directory", change: func(o *Options) { o.Dir = "" }, err: "no work directory"},
 		{name: "root work directory", change: func(o *Options) { o.Dir = "/" }, err: "refusing work directory"},
 		{name: "work directory is the corpus", change: func(o *Options) { o.Dir = o.CorpusDir }, err: "holds the corpus"},
