@@ -28,6 +28,8 @@ func init() {
 		// over the image's uncompressed size.
 		"fetched-share": helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return s.FetchedShare, nil }),
 		"read-share":    helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return s.ReadShare, nil }),
+		// fetched-over-read: bytes Slacker moved over bytes the container read.
+		"fetched-over-read": helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return s.FetchedOverRead, nil }),
 		// failed, succeeded, samples: failed and successful samples of both
 		// systems, and all samples.
 		"failed": helloSummary(0, func(s report.Summary, _ []string) (float64, error) { return float64(s.Failed + s.BaseFailed), nil }),
@@ -142,13 +144,36 @@ func init() {
 			}
 			return 0, fmt.Errorf("store-bytes %q: want content or stored", a[1])
 		}),
+		// store-vs-gzip SYSTEM: the system's store as kept over the baseline's
+		// distinct gzip layers.
+		"store-vs-gzip": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			sf := t.R.Footprint.Store(a[0])
+			if sf == nil || t.R.Footprint.GzipLayerBytes == 0 {
+				return 0, fmt.Errorf("no footprint of the store of system %q", a[0])
+			}
+			return float64(sf.StoredBytes) / float64(t.R.Footprint.GzipLayerBytes), nil
+		}),
+		// wire-share SYSTEM: the median, over the system's deployments, of the bytes
+		// that crossed the link towards the node over the bytes the node fetched.
+		"wire-share": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			var v []float64
+			for _, x := range t.R.Samples {
+				if x.System == a[0] && x.Cycle == harness.Deployment && x.OK && x.LinkBytes > 0 && x.Fetched() > 0 {
+					v = append(v, float64(x.LinkBytes)/float64(x.Fetched()))
+				}
+			}
+			if len(v) == 0 {
+				return 0, fmt.Errorf("no deployment of system %q across a link", a[0])
+			}
+			return report.Median(v), nil
+		}),
 		// publish-link SYSTEM: bytes that crossed the link away from the node while
 		// the system published every image.
 		"publish-link": helloRun(1, func(t *report.Table, a []string) (float64, error) {
 			var n int64
 			found := false
 			for _, p := range t.R.Publish {
-				if p.System == a[0] && p.OK {
+				if p.System == a[0] && p.OK && !p.Optimize {
 					n += p.LinkBytes
 					found = true
 				}
@@ -374,7 +399,7 @@ func workloadField(w *harness.WorkloadInfo, field string) (float64, error) {
 func helloPublish(t *report.Table, sys string) (float64, error) {
 	sum, n := 0.0, 0
 	for _, p := range t.R.Publish {
-		if p.System == sys && p.OK {
+		if p.System == sys && p.OK && !p.Optimize {
 			sum += p.Total
 			n++
 		}

@@ -227,6 +227,31 @@ func (s *Slacker) Publish(ctx context.Context, img Image, registryAddr string) (
 	return ref, r.Took, nil
 }
 
+// Optimize lays the published image out for start-up from its stored trace on the
+// publishing node and pushes it again to the same reference. The time returned is
+// the push's.
+func (s *Slacker) Optimize(ctx context.Context, img Image, registryAddr string) (*api.Layout, time.Duration, error) {
+	if err := s.start(ctx, filepath.Join(s.o.Dir, "publish")); err != nil {
+		return nil, 0, err
+	}
+	defer s.stop()
+	r, err := s.mustCLI(ctx, "optimize", "--json", img.Name)
+	if err != nil {
+		return nil, 0, err
+	}
+	var out struct {
+		Layout api.Layout `json:"layout"`
+	}
+	if err := json.Unmarshal([]byte(r.Stdout), &out); err != nil {
+		return nil, 0, fmt.Errorf("slacker optimize --json: %w: %q", err, r.Stdout)
+	}
+	p, err := s.mustCLI(ctx, "push", img.Name, s.ref(registryAddr, img.Name))
+	if err != nil {
+		return nil, 0, err
+	}
+	return &out.Layout, p.Took, nil
+}
+
 // ref is where Publish pushes image name.
 func (s *Slacker) ref(registryAddr, name string) string {
 	return fmt.Sprintf("%s/%s/%s:latest", registryAddr, s.Name(), name)

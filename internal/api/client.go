@@ -140,6 +140,13 @@ func (c *Client) Mkfs(ctx context.Context, r MkfsRequest) (Snapshot, error) {
 	return out, c.do(ctx, "POST", "/v1/snapshots/mkfs", r, &out)
 }
 
+// LayoutStartup re-lays snapshot id for start-up from its stored start-up trace
+// (docs/design.md, "Start-up layout") and returns the new snapshot.
+func (c *Client) LayoutStartup(ctx context.Context, id digest.Digest) (Layout, error) {
+	var out Layout
+	return out, c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id.String())+"/layout", nil, &out)
+}
+
 // Snapshot looks up a snapshot, fetching its block map onto the node.
 func (c *Client) Snapshot(ctx context.Context, id digest.Digest) (Snapshot, error) {
 	var out Snapshot

@@ -103,6 +103,20 @@ type SnapshotRequest struct {
 }
 
 // Snapshot describes a snapshot taken or looked up.
+// Layout is the result of a start-up layout of a snapshot (POST
+// /v1/snapshots/{id}/layout): the re-laid snapshot, and what a start fetches to
+// read its start-up data before and after.
+type Layout struct {
+	Snapshot      digest.Digest `json:"snapshot"`
+	Unchanged     bool          `json:"unchanged,omitempty"`
+	NewChunks     int           `json:"new_chunks"`
+	GatheredBytes int64         `json:"gathered_bytes"`
+	ReadBytes     int64         `json:"read_bytes"`
+	FetchBefore   int64         `json:"fetch_before"`
+	FetchAfter    int64         `json:"fetch_after"`
+	TookSeconds   float64       `json:"took_seconds"`
+}
+
 type Snapshot struct {
 	ID           digest.Digest `json:"id"`
 	Size         int64         `json:"size"`      // virtual size

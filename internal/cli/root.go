@@ -110,7 +110,7 @@ It talks to slackerd, the node daemon, on ` + api.DefaultSocket + `.`,
 	pf.BoolVar(&e.debug, "debug", false, "log debug detail to stderr")
 	pf.BoolVar(&e.insecure, "insecure-registry", false, "talk plain HTTP to registries, never trying HTTPS first (loopback and private addresses fall back to HTTP after an HTTPS attempt)")
 	root.AddCommand(
-		newConvert(e), newPush(e), newPull(e), newImages(e), newRmi(e), newTag(e),
+		newConvert(e), newOptimize(e), newPush(e), newPull(e), newImages(e), newRmi(e), newTag(e),
 		newRun(e), newPs(e), newRm(e), newCommit(e), newStats(e), newInfo(e),
 	)
 	root.AddCommand(newDoctor(e))

@@ -63,6 +63,7 @@ func New(n *node.Node, o Options) *Server {
 	mux.HandleFunc("POST /v1/volumes/{id}/snapshot", s.snapshotVolume)
 	mux.HandleFunc("POST /v1/snapshots/mkfs", s.mkfs)
 	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
+	mux.HandleFunc("POST /v1/snapshots/{id}/layout", s.layoutSnapshot)
 	mux.HandleFunc("POST /v1/cache/drop", s.dropCache)
 	mux.HandleFunc("POST /v1/cache/trim", s.trimCache)
 	mux.HandleFunc("POST /v1/gc", s.collect)
@@ -318,6 +319,17 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))
+}
+
+func (s *Server) layoutSnapshot(w http.ResponseWriter, r *http.Request) {
+	res, err := s.node.LayoutStartup(r.Context(), digest.Digest(r.PathValue("id")))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, api.Layout{Snapshot: res.Snapshot, Unchanged: res.Unchanged, NewChunks: res.NewChunks,
+		GatheredBytes: res.GatheredBytes, ReadBytes: res.ReadBytes, FetchBefore: res.FetchBefore,
+		FetchAfter: res.FetchAfter, TookSeconds: res.Took.Seconds()})
 }
 
 func (s *Server) dropCache(w http.ResponseWriter, r *http.Request) {

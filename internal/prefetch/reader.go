@@ -135,7 +135,7 @@ func (r *Reader) ReadAt(ctx context.Context, p []byte, off int64) error {
 		}
 		r.baseRead.Add(pc.Length)
 		r.recordRead(pc.Offset, pc.Length)
-		r.rec.record(pc.Chunk)
+		r.rec.record(pc.Chunk, pc.Offset, pc.Length)
 		if o.Hit() {
 			r.hits.Add(1)
 		} else {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
+	"github.com/slacker-dev/slacker/internal/runs"
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
@@ -23,32 +24,38 @@ import (
 const replayGroup = 8
 
 // recorder notes the base chunks a Reader reads in its start-up window, in the
-// order it first reads them.
+// order it first reads them, and the blocks it reads (for a start-up layout).
 type recorder struct {
 	until  atomic.Int64 // record until then (unix ns; 0: not recording)
 	mu     sync.Mutex
 	max    int
 	seen   map[digest.Digest]bool
 	chunks []blockmap.Chunk
+	blocks *runs.Set
 }
 
 func (rec *recorder) start(window time.Duration, max int) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	rec.max, rec.seen = max, map[digest.Digest]bool{}
+	rec.max, rec.seen, rec.blocks = max, map[digest.Digest]bool{}, runs.New()
 	rec.until.Store(time.Now().Add(window).UnixNano())
 }
 
 // stop ends the recording: what was recorded stays.
 func (rec *recorder) stop() { rec.until.Store(0) }
 
-func (rec *recorder) record(c blockmap.Chunk) {
+// record notes a read of n bytes at volume offset off, served by chunk c.
+func (rec *recorder) record(c blockmap.Chunk, off, n int64) {
 	// Off the lock: once the window has closed, a read pays one atomic load.
 	if until := rec.until.Load(); until == 0 || time.Now().UnixNano() > until {
 		return
 	}
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
+	start, end := off/BlockSize, (off+n+BlockSize-1)/BlockSize
+	if rec.blocks.Len() < trace.MaxRuns || rec.blocks.Touches(start, end) {
+		rec.blocks.Add(start, end)
+	}
 	if rec.seen[c.Digest] || len(rec.chunks) >= rec.max {
 		return
 	}
@@ -56,10 +63,10 @@ func (rec *recorder) record(c blockmap.Chunk) {
 	rec.chunks = append(rec.chunks, c)
 }
 
-func (rec *recorder) recorded() []blockmap.Chunk {
+func (rec *recorder) recorded() ([]blockmap.Chunk, []runs.Run) {
 	rec.mu.Lock()
 	defer rec.mu.Unlock()
-	return slices.Clone(rec.chunks)
+	return slices.Clone(rec.chunks), rec.blocks.Runs()
 }
 
 // startup is a container root's start-up trace: replayed if the store has one for
@@ -103,9 +110,16 @@ func (s *startup) lookup() {
 	defer cancel()
 	start := time.Now()
 	t, err := s.get(ctx, s.snapshot)
-	if t != nil {
+	if t != nil && t.Version == trace.Version {
 		s.replay(s.log, t, start)
 		return
+	}
+	old := t
+	if old != nil {
+		// A trace of an older version (no block runs): this start records one to
+		// replace it, and replays it meanwhile.
+		s.log.Info("startup-trace-upgrading", "version", old.Version)
+		err = errdefs.ErrNotFound
 	}
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, trace.ErrMalformed) {
 		// The store is away or refuses records: neither replay nor record.
@@ -128,6 +142,10 @@ func (s *startup) lookup() {
 		return
 	}
 	s.log.Debug("startup-trace-recording", "window", e.opts.StartupWindow)
+	if old != nil {
+		s.replay(s.log, old, start)
+		return
+	}
 	// Meanwhile, an earlier layer's trace is the best guess of what start-up reads.
 	for _, f := range s.fallback {
 		if f == s.snapshot {
@@ -192,17 +210,18 @@ func (s *startup) write() {
 	}
 	s.written = true
 	s.mu.Unlock()
-	chunks := s.r.rec.recorded()
+	chunks, blocks := s.r.rec.recorded()
 	if len(chunks) == 0 {
 		return
 	}
 	e := s.r.e
-	e.goBackground(&e.bg, func() { s.put(chunks) })
+	e.goBackground(&e.bg, func() { s.put(chunks, blocks) })
 }
 
-func (s *startup) put(chunks []blockmap.Chunk) {
+func (s *startup) put(chunks []blockmap.Chunk, blocks []runs.Run) {
 	e := s.r.e
 	t := trace.New(s.snapshot, e.opts.StartupWindow, chunks)
+	t.SetRuns(blocks)
 	b, err := trace.Encode(t)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -11,10 +11,18 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
+	"github.com/slacker-dev/slacker/internal/runs"
 )
 
-// Version is the only version Decode accepts.
-const Version = 1
+// Version is the version Encode writes. Decode reads it and version 1, the same
+// record without runs.
+const Version = 2
+
+// MaxRuns bounds the block runs of a trace (about 1.5 MB encoded at most).
+const MaxRuns = 1 << 16
+
+// maxBlock bounds a run's end: blocks of a volume of blockmap.MaxSize.
+const maxBlock = blockmap.MaxSize / blockmap.BlockSize
 
 // MaxChunks bounds a trace: 16384 chunks is 4 GiB of 256 KiB chunks, far more than
 // any start-up reads, and about 1.6 MB encoded (records hold at most 16 MiB).
@@ -37,6 +45,28 @@ type Trace struct {
 	Created time.Time `json:"created"`
 	// Chunks are the snapshot's chunks in the order the container first read them.
 	Chunks []Chunk `json:"chunks"`
+	// Runs are the blocks (of blockmap.BlockSize) of the volume it read in the
+	// window, as [start, end) runs in increasing order, neither overlapping nor
+	// touching (version 2): what a start-up layout gathers (node.LayoutStartup).
+	Runs [][2]int64 `json:"runs,omitempty"`
+}
+
+// SetRuns records rs (sorted, disjoint runs of blocks, as runs.Set gives them) as
+// the trace's runs, the first MaxRuns of them.
+func (t *Trace) SetRuns(rs []runs.Run) {
+	t.Runs = make([][2]int64, 0, min(len(rs), MaxRuns))
+	for _, r := range rs[:min(len(rs), MaxRuns)] {
+		t.Runs = append(t.Runs, [2]int64{r.Start, r.End})
+	}
+}
+
+// RunBlocks is the number of blocks the runs cover.
+func (t *Trace) RunBlocks() int64 {
+	var n int64
+	for _, r := range t.Runs {
+		n += r[1] - r[0]
+	}
+	return n
 }
 
 // Chunk is one chunk of the snapshot.
@@ -129,8 +159,21 @@ func Decode(b []byte) (*Trace, error) {
 }
 
 func (t *Trace) check() error {
-	if t.Version != Version {
-		return fmt.Errorf("%w: version %d (this program reads %d)", ErrMalformed, t.Version, Version)
+	if t.Version != Version && t.Version != 1 {
+		return fmt.Errorf("%w: version %d (this program reads 1 and %d)", ErrMalformed, t.Version, Version)
+	}
+	if t.Version == 1 && t.Runs != nil {
+		return fmt.Errorf("%w: runs in a version 1 trace", ErrMalformed)
+	}
+	if len(t.Runs) > MaxRuns {
+		return fmt.Errorf("%w: %d runs, at most %d", ErrMalformed, len(t.Runs), MaxRuns)
+	}
+	var prev int64 = -1
+	for i, r := range t.Runs {
+		if r[0] <= prev || r[1] <= r[0] || r[1] > maxBlock {
+			return fmt.Errorf("%w: run %d [%d, %d) out of order or range", ErrMalformed, i, r[0], r[1])
+		}
+		prev = r[1]
 	}
 	if err := t.Snapshot.Validate(); err != nil {
 		return fmt.Errorf("%w: snapshot: %v", ErrMalformed, err)

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
+	"github.com/slacker-dev/slacker/internal/runs"
 )
 
 var snap = digest.FromString("snapshot")
@@ -43,6 +44,26 @@ func TestRoundTripKeepsFirstReadOrder(t *testing.T) {
 	}
 }
 
+func TestRunsRoundTrip(t *testing.T) {
+	tr := New(snap, time.Second, []blockmap.Chunk{chunk("a", 4096)})
+	tr.SetRuns([]runs.Run{{Start: 0, End: 3}, {Start: 10, End: 11}})
+	b, err := Encode(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != Version || len(got.Runs) != 2 || got.RunBlocks() != 4 || got.Runs[1] != [2]int64{10, 11} {
+		t.Fatalf("decoded %+v", got)
+	}
+	// A version 1 trace (no runs) still reads.
+	if _, err := Decode([]byte(`{"version":1,"snapshot":"` + snap.String() + `","chunks":[]}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNewBoundsChunks(t *testing.T) {
 	cs := make([]blockmap.Chunk, MaxChunks+5)
 	for i := range cs {
@@ -72,7 +93,12 @@ func TestDecodeRejects(t *testing.T) {
 	s := snap.String()
 	for name, in := range map[string]string{
 		"not json":        `{`,
-		"future version":  `{"version":2,"snapshot":"` + s + `","chunks":[]}`,
+		"future version":  `{"version":3,"snapshot":"` + s + `","chunks":[]}`,
+		"runs in v1":      `{"version":1,"snapshot":"` + s + `","chunks":[],"runs":[[0,1]]}`,
+		"empty run":       `{"version":2,"snapshot":"` + s + `","chunks":[],"runs":[[5,5]]}`,
+		"runs unsorted":   `{"version":2,"snapshot":"` + s + `","chunks":[],"runs":[[5,6],[1,2]]}`,
+		"runs touching":   `{"version":2,"snapshot":"` + s + `","chunks":[],"runs":[[1,2],[2,3]]}`,
+		"run too far":     `{"version":2,"snapshot":"` + s + `","chunks":[],"runs":[[0,1099511627777]]}`,
 		"no version":      `{"snapshot":"` + s + `","chunks":[]}`,
 		"bad snapshot":    `{"version":1,"snapshot":"sha256:zz","chunks":[]}`,
 		"bad chunk":       `{"version":1,"snapshot":"` + s + `","chunks":[{"digest":"md5:1","size":1}]}`,
@@ -94,6 +120,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"version":1,"snapshot":"` + snap.String() + `","chunks":[]}`))
 	f.Add([]byte(`{}`))
+	f.Add([]byte(`{"version":2,"snapshot":"` + snap.String() + `","chunks":[],"runs":[[0,3],[7,9]]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tr, err := Decode(b)
 		if err != nil {
@@ -105,7 +132,7 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded trace does not encode: %v", err)
 		}
 		tr2, err := Decode(again)
-		if err != nil || len(tr2.Chunks) != len(tr.Chunks) || tr2.Snapshot != tr.Snapshot {
+		if err != nil || len(tr2.Chunks) != len(tr.Chunks) || tr2.Snapshot != tr.Snapshot || len(tr2.Runs) != len(tr.Runs) {
 			t.Fatalf("round trip: %v", err)
 		}
 	})

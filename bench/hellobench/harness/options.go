@@ -31,6 +31,10 @@ type Options struct {
 	// Warmup runs every workload once with Slacker before the samples, untimed
 	// (see Results.Warmups).
 	Warmup bool
+	// Optimize lays every Slacker image out for start-up after the warm-up, from
+	// the trace it recorded, and publishes it again (`slacker optimize`, then
+	// `slacker push`), as eStargz images are optimized with a recorded run.
+	Optimize bool
 	// Cycles to measure: Deployment, Development (default both).
 	Cycles []string
 	// Dir is the harness's work directory (emptied first, removed at the end unless

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/slacker-dev/slacker/bench/rig"
+	"github.com/slacker-dev/slacker/internal/api"
 )
 
 // Cycles of the paper (Fig 20).
@@ -100,6 +101,10 @@ type PublishSample struct {
 	Push     float64 `json:"push_s"`
 	// Total includes work before the push (Slacker's conversion).
 	Total float64 `json:"total_s"`
+	// Optimize marks the second publish of an image laid out for start-up
+	// (Options.Optimize), with what the layout did.
+	Optimize bool        `json:"optimize,omitempty"`
+	Layout   *api.Layout `json:"layout,omitempty"`
 	// LinkBytes crossed the emulated link away from the node during the publish
 	// (IP level; zero on loopback): the gzip layers for the baseline, the chunks
 	// and descriptor for Slacker with its store behind the link.

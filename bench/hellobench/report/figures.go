@@ -233,7 +233,7 @@ func (t *Table) subject() string {
 func (t *Table) firstPush(system string) []float64 {
 	var v []float64
 	for _, p := range t.R.Publish {
-		if p.System == system && p.OK {
+		if p.System == system && p.OK && !p.Optimize {
 			v = append(v, p.Push)
 		}
 	}

@@ -203,7 +203,7 @@ func (t *Table) workloadTable(b *strings.Builder) {
 		var push, total []float64
 		failed := 0
 		for _, p := range r.Publish {
-			if p.System != s {
+			if p.System != s || p.Optimize {
 				continue
 			}
 			if !p.OK {

@@ -213,6 +213,8 @@ type Summary struct {
 	// FetchedShare is the median over workloads of bytes fetched / image size
 	// (uncompressed); ReadShare the same for bytes read.
 	FetchedShare, ReadShare float64
+	// FetchedOverRead is the median over workloads of bytes fetched / bytes read.
+	FetchedOverRead float64
 	// Failed counts failed samples of the system and of the baseline.
 	Failed, BaseFailed, Samples int
 }
@@ -236,7 +238,7 @@ func (t *Table) Summarize(subject string) Summary {
 	push := func(c *Cell) float64 { return c.Push }
 	s.PushMedian = Median(t.PerWorkload(subject, harness.Development, push))
 	s.BasePushMedian = Median(t.PerWorkload(t.Baseline, harness.Development, push))
-	var fetched, read []float64
+	var fetched, read, over []float64
 	for _, w := range t.R.Workloads {
 		c := t.Cell(w.Name, subject, harness.Deployment)
 		if !c.OK() || w.DataBytes <= 0 {
@@ -245,9 +247,12 @@ func (t *Table) Summarize(subject string) Summary {
 		fetched = append(fetched, c.Fetched/float64(w.DataBytes))
 		if !math.IsNaN(c.Read) {
 			read = append(read, c.Read/float64(w.DataBytes))
+			if c.Read > 0 {
+				over = append(over, c.Fetched/c.Read)
+			}
 		}
 	}
-	s.FetchedShare, s.ReadShare = Median(fetched), Median(read)
+	s.FetchedShare, s.ReadShare, s.FetchedOverRead = Median(fetched), Median(read), Median(over)
 	for _, x := range t.R.Samples {
 		switch {
 		case x.System == subject:
@@ -283,6 +288,7 @@ func Targets(s Summary, linkRate int64) []Target {
 	ts := []Target{dep,
 		{What: "development speedup (median) ≥ 20x", Want: 20, Got: s.DevMedian, AtLeast: true},
 		{What: "bytes fetched ≤ 10% of the image (median)", Want: 0.10, Got: s.FetchedShare},
+		{What: "bytes fetched ≤ 1.2x the bytes read (median)", Want: 1.2, Got: s.FetchedOverRead},
 	}
 	for i := range ts {
 		t := &ts[i]

@@ -232,8 +232,9 @@ func TestSpeedupsAndSummary(t *testing.T) {
 		{"base run mean", sm.BaseRunMean, 4.0 / 3},
 		{"push", sm.PushMedian, 0.2},
 		{"base push", sm.BasePushMedian, 2},
-		{"fetched share", sm.FetchedShare, 0.15}, // 10/100 and 40/200
-		{"read share", sm.ReadShare, 0.03},       // 2/100 and 8/200
+		{"fetched share", sm.FetchedShare, 0.15},     // 10/100 and 40/200
+		{"read share", sm.ReadShare, 0.03},           // 2/100 and 8/200
+		{"fetched over read", sm.FetchedOverRead, 5}, // 10/2 and 40/8
 	} {
 		if !near(f.got, f.want) {
 			t.Errorf("%s = %v, want %v", f.what, f.got, f.want)
@@ -245,7 +246,7 @@ func TestSpeedupsAndSummary(t *testing.T) {
 	}
 
 	ts := Targets(sm, 0)
-	if len(ts) != 3 || !ts[0].Met || ts[1].Met || ts[2].Met || !ts[0].Relevant || !ts[1].Relevant || !ts[2].Relevant {
+	if len(ts) != 4 || !ts[0].Met || ts[1].Met || ts[2].Met || ts[3].Met || !ts[0].Relevant || !ts[1].Relevant || !ts[2].Relevant || !ts[3].Relevant {
 		t.Errorf("targets on loopback: %+v", ts)
 	}
 	if ts := Targets(sm, 1e9); ts[0].Want != 10 || ts[0].Met {
