@@ -12,7 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
 	"golang.org/x/sys/unix"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/slacker-dev/slacker/internal/runc"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
@@ -203,7 +207,50 @@ func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Cont
 		}
 		return st, err
 	}
-	return StartContainer(exec.Command("ctr", args...), spec, ops)
+	c2, err := StartContainer(exec.Command("ctr", args...), spec, ops)
+	if err == nil && spec.Stdin != nil {
+		go closeStdin(sock, spec.Name, c2)
+	}
+	return c2, err
+}
+
+// closeStdin gives container name end-of-input once its task exists. ctr forwards
+// its own standard input to the task and closes its end at EOF, but the shim holds
+// the stdin FIFO open for writing until a client asks it to close (CloseIO), so a
+// command that reads to the end of its input would wait forever; nerdctl and the
+// kubelet close it, ctr does not. The order does not matter: the FIFO reports EOF
+// only once both the shim and ctr have closed it, so nothing ctr still has to
+// forward is lost. A failure is written into the container's error tail, where a
+// failed sample's report shows it.
+func closeStdin(socket, name string, c *Container) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ctx = metadata.AppendToOutgoingContext(ctx, "containerd-namespace", "bench")
+	err := func() error {
+		conn, err := grpc.DialContext(ctx, "unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		tasks := tasksapi.NewTasksClient(conn)
+		for {
+			// NotFound until ctr has created the task.
+			_, err := tasks.CloseIO(ctx, &tasksapi.CloseIORequest{ContainerID: name, Stdin: true})
+			if err == nil {
+				return nil
+			}
+			select {
+			case <-c.Done():
+				return nil // it ended before it was asked
+			case <-ctx.Done():
+				return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
+			case <-time.After(20 * time.Millisecond):
+			}
+		}
+	}()
+	if err != nil {
+		fmt.Fprintf(c.stderr, "\nharness: could not close the standard input of %s: %v\n", name, err)
+	}
 }
 
 // FetchedBytes is the compressed size of the images pulled since Cold: containerd

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/klauspost/compress/zstd"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
@@ -60,6 +61,19 @@ func TestDecodeObjectRefuses(t *testing.T) {
 	d := digest.FromBytes(plain)
 	stored, enc := store.EncodeObject(plain)
 	other, _ := store.EncodeObject(append([]byte("x"), plain[1:]...))
+	// Decompression bombs: small frames of 8 MiB of zeros, one saying its size
+	// in its header and one (streamed) not, offered as the 256 KiB chunk.
+	bomb, _ := store.EncodeObject(make([]byte, 8<<20))
+	var streamed bytes.Buffer
+	zw, err := zstd.NewWriter(&streamed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	zw.Write(make([]byte, 8<<20))
+	zw.Close()
+	if len(bomb) > 4096 || streamed.Len() > 4096 {
+		t.Fatalf("bombs of %d and %d bytes: not small", len(bomb), streamed.Len())
+	}
 	flipped := bytes.Clone(stored)
 	flipped[len(flipped)/2] ^= 0xff
 	for _, tc := range []struct {
@@ -77,6 +91,8 @@ func TestDecodeObjectRefuses(t *testing.T) {
 		{"raw bytes called zstd", int64(len(plain)), enc, plain, errdefs.ErrCorrupt},
 		{"zstd bytes called raw", int64(len(plain)), store.EncodingRaw, stored, errdefs.ErrCorrupt},
 		{"unknown encoding", int64(len(plain)), "lz4", stored, errdefs.ErrUnsupported},
+		{"bomb", int64(len(plain)), enc, bomb, errdefs.ErrCorrupt},
+		{"bomb without its size", int64(len(plain)), enc, streamed.Bytes(), errdefs.ErrCorrupt},
 		{"size over the limit", store.MaxEncodedObject + 1, enc, stored, errdefs.ErrCorrupt},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -12,6 +12,11 @@
 // garbage collection never removes stored data. A pack is published blob first,
 // manifest second: a listed pack always has its bytes.
 //
+// Compression (Options.Compress, on in locations unless compress=none): Put keeps
+// an object as a zstd frame when that saves at least a sixteenth of it
+// (store.EncodeObject), and the pack lists it as <hex>:<size>:zstd:<stored>; reads
+// decode and verify the plain bytes (store.DecodeObject) whatever the setting.
+//
 // Writes use group commit: Put verifies the object's digest in memory, then joins
 // the pack being filled; a pack is uploaded as soon as no other upload is running
 // (or when it reaches PackSize, up to MaxFlushes at once), and Puts that arrive

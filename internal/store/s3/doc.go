@@ -12,6 +12,12 @@
 // under the same signed hash. A Put that returned is durable and visible to every
 // node (S3 and MinIO have strong read-after-write consistency).
 //
+// Compression (Options.Compress, on in locations unless compress=none): an object
+// of up to store.MaxEncodedObject bytes is stored as a zstd frame when that saves at
+// least a sixteenth (store.EncodeObject), with user metadata slacker-encoding and
+// slacker-size; the signed hash is then the frame's. Get reads such an object
+// whole and returns it only decoded and verified (store.DecodeObject).
+//
 // Reads: Get streams the object through store.VerifyingReader. GetRange reads and
 // verifies the whole object, then returns the range: an object is one chunk, the
 // unit of verification, so a sub-range cannot be checked alone and is never served

@@ -162,6 +162,19 @@ func TestCompressedObjects(t *testing.T) {
 			t.Fatalf("range: %v", err)
 		}
 	}
+	// An object an older version (or compress=none) stored plain reads the same
+	// through a compressing store.
+	old := bytes.Repeat([]byte("old image\n"), 30000)
+	od, err := store.PutBytes(ctx, &plainStore, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oi, err := s.client.StatObject(ctx, s.Bucket(), s.Key(od), minio.StatObjectOptions{}); err != nil || oi.Size != int64(len(old)) || len(oi.UserMetadata) != 0 {
+		t.Fatalf("plain object on the server: %+v, %v", oi, err)
+	}
+	if got, err := store.ReadAll(ctx, s, od); err != nil || !bytes.Equal(got, old) {
+		t.Fatalf("plain object through a compressing store: %v", err)
+	}
 	// A plain size the object does not have, or an encoding this version does not
 	// know, is never served.
 	body, _, _, err := s.core.GetObject(ctx, s.Bucket(), s.Key(d), minio.GetObjectOptions{})
