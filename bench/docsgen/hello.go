@@ -167,6 +167,20 @@ func init() {
 			}
 			return report.Median(v), nil
 		}),
+		// link-max SYSTEM: the most bytes one of the system's deployments moved
+		// over the link towards the node.
+		"link-max": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			var n int64
+			for _, x := range t.R.Samples {
+				if x.System == a[0] && x.Cycle == harness.Deployment && x.OK {
+					n = max(n, x.LinkBytes)
+				}
+			}
+			if n == 0 {
+				return 0, fmt.Errorf("no deployment of system %q across a link", a[0])
+			}
+			return float64(n), nil
+		}),
 		// publish-link SYSTEM: bytes that crossed the link away from the node while
 		// the system published every image.
 		"publish-link": helloRun(1, func(t *report.Table, a []string) (float64, error) {
