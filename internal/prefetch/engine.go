@@ -103,25 +103,29 @@ func (e *Engine) Stats() Stats {
 		Busy: e.busy.Load(), TracesReplayed: e.tracesReplayed.Load(), TracesRecorded: e.tracesRecorded.Load()}
 }
 
-// Close stops every replay and recording (recorded traces are not written: the
-// node is going down, not the container), waits up to a bound for trace lookups
-// and writes under way, then for the background loads (each bounded by the
-// fetcher's deadlines). Readers still read after Close, without fetching ahead.
+// Close stops every replay and recording, writing what each recording has so far
+// as its snapshot's trace (a container root whose volume outlives slackerd, as a
+// containerd container's does until containerd collects its snapshot, would
+// otherwise leave none); waits up to a bound for trace lookups and writes under
+// way, then for the background loads (each bounded by the fetcher's deadlines).
+// Readers still read after Close, without fetching ahead.
 func (e *Engine) Close(ctx context.Context) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return
 	}
-	e.closed = true
 	var ss []*startup
 	for r := range e.readers {
 		ss = append(ss, r.startup)
 	}
 	e.mu.Unlock()
 	for _, s := range ss {
-		s.stop()
+		s.end() // its write is background work, waited for below
 	}
+	e.mu.Lock()
+	e.closed = true
+	e.mu.Unlock()
 	done := make(chan struct{})
 	go func() { e.bg.Wait(); close(done) }()
 	select {

@@ -250,16 +250,3 @@ func (s *startup) end() {
 	s.mu.Unlock()
 	s.write()
 }
-
-// stop ends replay and recording without writing (the node is closing).
-func (s *startup) stop() {
-	if s == nil {
-		return
-	}
-	s.mu.Lock()
-	s.gone, s.written = true, true
-	if s.timer != nil {
-		s.timer.Stop()
-	}
-	s.mu.Unlock()
-}

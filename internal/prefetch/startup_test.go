@@ -111,6 +111,14 @@ func TestStartupRecordThenReplay(t *testing.T) {
 	if !slices.Equal(got, want) {
 		t.Fatalf("recorded %v, want the chunks read in first-read order %v", got, want)
 	}
+	// And the blocks read (version 2): each read touched one block, chunk i's first.
+	var wantRuns [][2]int64
+	for _, i := range []int64{3, 7, 9, 40, 41, 42} {
+		wantRuns = append(wantRuns, [2]int64{i * chunk / BlockSize, i*chunk/BlockSize + 1})
+	}
+	if tr.Version != trace.Version || !slices.Equal(tr.Runs, wantRuns) {
+		t.Fatalf("trace version %d, runs %v; want %d, %v", tr.Version, tr.Runs, trace.Version, wantRuns)
+	}
 
 	// A cold node replays it, within a budget of five chunks.
 	f2 := &orderedCache{fakeCache: newFakeCache()}
@@ -144,6 +152,96 @@ func TestStartupRecordThenReplay(t *testing.T) {
 	e2.loads.Wait()
 	if es := e2.Stats(); es.ReadaheadChunks != 0 || es.TracesReplayed != 1 {
 		t.Fatalf("engine stats %+v: want no readahead while the trace replays, one trace replayed", es)
+	}
+}
+
+// A recording still open when the engine closes (slackerd stops while the volume
+// lives on, as a containerd container's does until containerd collects its
+// snapshot) is written, not lost.
+func TestCloseWritesOpenRecording(t *testing.T) {
+	ctx := context.Background()
+	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk = 64 << 10
+	m := chunkedMap(8, chunk)
+	snapshot := digest.FromString("image")
+	e := New(newFakeCache(), Options{Traces: st, StartupWindow: time.Hour})
+	r := e.Open("root", m)
+	r.BeginStartup(snapshot, nil)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		e.mu.Lock()
+		s := r.startup
+		e.mu.Unlock()
+		s.mu.Lock()
+		missing := s.missing
+		s.mu.Unlock()
+		if missing {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lookup of a missing trace never finished")
+		}
+	}
+	if err := r.ReadAt(ctx, make([]byte, 100), 3*chunk); err != nil {
+		t.Fatal(err)
+	}
+	e.Close(ctx) // the reader stays open: its volume outlives the engine
+	b, err := st.GetRef(ctx, trace.RefName(snapshot))
+	if err != nil {
+		t.Fatalf("no trace after Close: %v", err)
+	}
+	tr, err := trace.Decode(b)
+	if err != nil || len(tr.Chunks) != 1 || tr.Chunks[0].Digest != m.Chunks[3].Digest {
+		t.Fatalf("trace %+v, %v", tr, err)
+	}
+	r.Close()
+}
+
+// A version 1 trace (no block runs, from an older slackerd) is replayed, and the
+// start that replays it records a version 2 trace in its place.
+func TestStartupUpgradesOldTrace(t *testing.T) {
+	ctx := context.Background()
+	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const chunk = 64 << 10
+	m := chunkedMap(8, chunk)
+	snapshot := digest.FromString("image")
+	old := &trace.Trace{Version: 1, Snapshot: snapshot, Created: time.Now().UTC(),
+		Chunks: []trace.Chunk{{Digest: m.Chunks[5].Digest, Size: chunk}}}
+	b, err := trace.Encode(old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutRef(ctx, trace.RefName(snapshot), b); err != nil {
+		t.Fatal(err)
+	}
+	e := New(newFakeCache(), Options{Traces: st})
+	r := e.Open("root", m)
+	r.BeginStartup(snapshot, nil)
+	for deadline := time.Now().Add(5 * time.Second); e.Stats().ReplayedChunks < 1; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the old trace was not replayed: %+v", e.Stats())
+		}
+	}
+	if err := r.ReadAt(ctx, make([]byte, 100), 2*chunk); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	e.Close(ctx)
+	b, err = st.GetRef(ctx, trace.RefName(snapshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nt, err := trace.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if nt.Version != trace.Version || len(nt.Runs) != 1 || nt.Runs[0] != [2]int64{2 * chunk / BlockSize, 2*chunk/BlockSize + 1} {
+		t.Fatalf("trace after the upgrade: %+v", nt)
 	}
 }
 
