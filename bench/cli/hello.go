@@ -91,7 +91,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.WorkloadsFile, "workloads", "w", "", "workloads TOML file")
-	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, slacker-block, overlayfs, native, NAME=SOCKET")
+	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, slacker-block, slacker-containerd, overlayfs, native, NAME=SOCKET")
 	f.StringVar(&o.Profile, "profile", "loopback", "network between node and registry: loopback, 1gbit, 100mbit, ..., with a round trip: 1gbit-20ms, 100mbit-20ms (the WAN profiles)")
 	f.DurationVar(&o.RTT, "rtt", time.Millisecond, "round-trip time of an emulated link whose profile names none")
 	f.IntVar(&o.Runs, "runs", 3, "repetitions of every workload, system and cycle (--quick: 2)")

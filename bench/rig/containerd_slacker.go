@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
@@ -35,14 +36,55 @@ func NewContainerdSlacker(o SlackerOptions, ctrdDir string) (*ContainerdSlacker,
 	return &ContainerdSlacker{s: s, c: c}, nil
 }
 
-func (x *ContainerdSlacker) Name() string { return "containerd-slacker" }
+// SlackerContainerdName is the system's name in results.
+const SlackerContainerdName = "slacker-containerd"
+
+func (x *ContainerdSlacker) Name() string { return SlackerContainerdName }
+
+// ownName is the image's name on this system's publishing node and in its
+// repository (a store and registry may be shared with the slacker system).
+func ownName(img Image) Image {
+	img.Name = "ctrd-" + img.Name
+	return img
+}
 
 // Publish converts and pushes the image as the slacker system does, under its own
-// name (its store is not the slacker system's).
+// name.
 func (x *ContainerdSlacker) Publish(ctx context.Context, img Image, registryAddr string) (string, time.Duration, error) {
-	img.Name = "ctrd-" + img.Name
-	return x.s.Publish(ctx, img, registryAddr)
+	return x.s.Publish(ctx, ownName(img), registryAddr)
 }
+
+// Optimize lays the published image out for start-up and pushes it again, as the
+// slacker system does.
+func (x *ContainerdSlacker) Optimize(ctx context.Context, img Image, registryAddr string) (*api.Layout, time.Duration, error) {
+	return x.s.Optimize(ctx, ownName(img), registryAddr)
+}
+
+// PushChange commits the change on the publishing node and pushes the new
+// descriptor, as the slacker system does; containerd then pulls and runs it.
+func (x *ContainerdSlacker) PushChange(ctx context.Context, img Image, ref string, ch Change) (PushResult, error) {
+	return x.s.PushChange(ctx, ownName(img), ref, ch)
+}
+
+// Start runs the container through containerd (ctr run --snapshotter slacker), its
+// root mounted lazily by slackerd's snapshotter.
+func (x *ContainerdSlacker) Start(ctx context.Context, ref string, spec RunSpec) (*Container, error) {
+	return x.c.Start(ctx, ref, spec)
+}
+
+// Traffic: the registry moved the Slacker image's few-KB layer (containerd pulls
+// it), the store what slackerd fetched.
+func (x *ContainerdSlacker) Traffic(ctx context.Context) (Traffic, error) {
+	reg, err := x.c.FetchedBytes(ctx)
+	if err != nil {
+		return Traffic{}, err
+	}
+	n, err := x.s.FetchedBytes(ctx)
+	return Traffic{RegistryBytes: reg, StoreBytes: n}, err
+}
+
+// Store is the chunk store's location.
+func (x *ContainerdSlacker) Store() string { return x.s.Store() }
 
 // Cold stops containerd, makes slackerd's node cold (fresh state, caches dropped),
 // and starts containerd on an empty root with the snapshotter plugged in.

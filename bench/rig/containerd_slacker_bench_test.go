@@ -109,5 +109,5 @@ func BenchmarkColdPullRun(b *testing.B) {
 	}
 	ovr := med(samples["overlayfs"]["pull+run"])
 	b.Logf("pull+run speedup over containerd+overlayfs (medians of %d): slacker CLI %.1fx, containerd+slacker snapshotter %.1fx",
-		b.N, ovr/med(samples["slacker"]["pull+run"]), ovr/med(samples["containerd-slacker"]["pull+run"]))
+		b.N, ovr/med(samples["slacker"]["pull+run"]), ovr/med(samples[rig.SlackerContainerdName]["pull+run"]))
 }

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/slacker-dev/slacker/internal/api"
 )
 
 // Image is an OCI image in a local layout, to be published.
@@ -47,6 +49,23 @@ type System interface {
 	// Close stops everything the system started.
 	Close() error
 }
+
+// SlackerSystem is a system whose images are Slacker images in a chunk store
+// (slacker, slacker-block, slacker-containerd): it records start-up traces there
+// and can lay its published images out for start-up.
+type SlackerSystem interface {
+	System
+	// Store is the chunk store's location.
+	Store() string
+	// Optimize lays the published img out for start-up from its stored trace and
+	// publishes it again under the same reference; the time is the push's.
+	Optimize(ctx context.Context, img Image, registryAddr string) (*api.Layout, time.Duration, error)
+}
+
+var (
+	_ SlackerSystem = (*Slacker)(nil)
+	_ SlackerSystem = (*ContainerdSlacker)(nil)
+)
 
 // DropCaches writes dirty data and drops the page cache, dentries and inodes.
 func DropCaches() error {

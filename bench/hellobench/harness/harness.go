@@ -373,6 +373,18 @@ func (h *harness) makeSystems(specs []SystemSpec) error {
 			if len(h.o.SlackerdArgs) > 0 {
 				detail += ", slackerd " + strings.Join(h.o.SlackerdArgs, " ")
 			}
+		case rig.SlackerContainerdName:
+			// slackerd (snapshotter on) under Dir/slacker-containerd, containerd under
+			// Dir/ctrd-sc with it as the proxy snapshotter "slacker"; the store as for
+			// slacker.
+			dir := filepath.Join(h.o.Dir, sp.Name)
+			s, err = rig.NewContainerdSlacker(rig.SlackerOptions{Dir: dir, Slacker: h.o.Slacker, Slackerd: h.o.Slackerd,
+				DaemonArgs: h.o.SlackerdArgs, Store: h.o.Store}, filepath.Join(h.o.Dir, "ctrd-sc"))
+			store := h.res.Profile.Store
+			if h.o.Store == "" {
+				store = filepath.Join(dir, "store")
+			}
+			detail = "containerd 1.6 + runc via ctr, snapshotter slacker (slackerd's proxy plugin; layers prepared from the image's labels), store " + store
 		default:
 			dir := filepath.Join(h.o.Dir, "ctrd")
 			if sp.Name != "overlayfs" {
@@ -445,7 +457,7 @@ func (h *harness) footprint(ctx context.Context) {
 	byLocation := map[string]*StoreFootprint{}
 	var order []string
 	for _, s := range h.systems {
-		sl, ok := s.(*rig.Slacker)
+		sl, ok := s.(rig.SlackerSystem)
 		if !ok {
 			continue
 		}
@@ -492,13 +504,14 @@ func (h *harness) footprint(ctx context.Context) {
 	}
 }
 
-// warmup deploys every workload once with Slacker, untimed, so that its store
-// holds each image's start-up trace (recorded by the first container of an image
-// that has none), as one earlier run of the image anywhere would leave it. The
-// containerd systems keep nothing between cold samples, so they get none.
+// warmup deploys every workload once with each Slacker system, untimed, so that
+// its store holds each image's start-up trace (recorded by the first container of
+// an image that has none), as one earlier run of the image anywhere would leave
+// it. The other containerd systems keep nothing between cold samples, so they get
+// none.
 func (h *harness) warmup(ctx context.Context) {
 	for _, s := range h.systems {
-		if _, ok := s.(*rig.Slacker); !ok {
+		if _, ok := s.(rig.SlackerSystem); !ok {
 			continue
 		}
 		for i, w := range h.ws {
@@ -517,7 +530,7 @@ func (h *harness) warmup(ctx context.Context) {
 // warm-up recorded, and publishes it again under the same reference.
 func (h *harness) optimize(ctx context.Context) {
 	for _, s := range h.systems {
-		sl, ok := s.(*rig.Slacker)
+		sl, ok := s.(rig.SlackerSystem)
 		if !ok {
 			continue
 		}

@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/slacker-dev/slacker/bench/rig"
 )
 
 // Options configure a run of the harness.
@@ -18,7 +20,9 @@ type Options struct {
 	// Quick selects QuickWorkloads (those the file has) instead of all.
 	Quick bool
 	// Systems are system specs (see ParseSystem): "overlayfs", "slacker",
-	// "slacker-block", "NAME=SOCKET" for a containerd snapshotter already running.
+	// "slacker-block", "slacker-containerd" (Slacker images through containerd and
+	// slackerd's snapshotter), "NAME=SOCKET" for a containerd snapshotter already
+	// running.
 	Systems []string
 	// Profile is "loopback" or a link rate such as "1gbit", "100mbit", with its
 	// round trip in the name or not ("1gbit-20ms", see ParseProfile); RTT is the
@@ -103,14 +107,16 @@ func ParseSystem(s string) (SystemSpec, error) {
 		return SystemSpec{Name: "slacker", Kind: "slacker"}, nil
 	case "slacker-block":
 		return SystemSpec{Name: "slacker-block", Kind: "slacker", RootMode: "block"}, nil
+	case rig.SlackerContainerdName:
+		return SystemSpec{Name: s, Kind: rig.SlackerContainerdName}, nil
 	case "overlayfs", "native":
 		return SystemSpec{Name: s, Kind: "containerd", Snapshotter: s}, nil
 	}
-	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, slacker-block, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
+	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, slacker-block, slacker-containerd, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
 }
 
 // builtinSystems are the names ParseSystem knows; a proxy snapshotter cannot take one.
-var builtinSystems = []string{"slacker", "slacker-block", "overlayfs", "native"}
+var builtinSystems = []string{"slacker", "slacker-block", rig.SlackerContainerdName, "overlayfs", "native"}
 
 var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(k|m|g)bit(?:-([0-9]+)ms)?$`)
 

@@ -58,9 +58,13 @@ func TestSmoke(t *testing.T) {
 	for _, tc := range []struct {
 		profile string
 		cycles  []string
+		// optimize: warm up, then lay the Slacker images out for start-up and
+		// publish them again (the store behind the link compresses its chunks).
+		optimize bool
+		systems  []string
 	}{
-		{"loopback", []string{harness.Deployment, harness.Development}},
-		{"1gbit", []string{harness.Deployment}},
+		{"loopback", []string{harness.Deployment, harness.Development}, false, []string{"overlayfs", "slacker"}},
+		{"1gbit", []string{harness.Deployment}, true, []string{"overlayfs", "slacker", "slacker-containerd"}},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
@@ -69,9 +73,10 @@ func TestSmoke(t *testing.T) {
 			t.Cleanup(func() { leftBehind(t, dir) })
 			var progress bytes.Buffer
 			res, err := harness.Run(ctx, harness.Options{
-				WorkloadsFile: wl, Systems: []string{"overlayfs", "slacker"}, Profile: tc.profile, Runs: 1, Cycles: tc.cycles,
+				WorkloadsFile: wl, Systems: tc.systems, Profile: tc.profile, Runs: 1, Cycles: tc.cycles,
 				Dir: dir, CorpusDir: corpusDir, Slacker: slacker, Slackerd: slackerd,
 				Results: filepath.Join(out, "results.json"), Seed: 7, Progress: &progress,
+				Warmup: tc.optimize, Optimize: tc.optimize,
 			})
 			if err != nil {
 				t.Fatalf("harness: %v\n%s", err, progress.String())
@@ -81,7 +86,7 @@ func TestSmoke(t *testing.T) {
 
 			// One sample per system and cycle, all ready by the rule, the same output.
 			want := map[string]bool{}
-			for _, sys := range []string{"overlayfs", "slacker"} {
+			for _, sys := range tc.systems {
 				for _, c := range tc.cycles {
 					want[sys+"/"+c] = true
 				}
@@ -117,8 +122,25 @@ func TestSmoke(t *testing.T) {
 					t.Errorf("slacker %s: read %d bytes of the image", s.Cycle, s.ReadBytes)
 				}
 			}
-			if len(res.Publish) != 2 || !res.Publish[0].OK || !res.Publish[1].OK {
+			published, optimized := 0, 0
+			for _, p := range res.Publish {
+				switch {
+				case !p.OK:
+					t.Errorf("publish %+v failed", p)
+				case p.Optimize && (p.System == "overlayfs" || p.Layout == nil || p.Layout.ReadBytes <= 0 || p.Layout.FetchAfter > p.Layout.FetchBefore):
+					t.Errorf("optimize: %+v, layout %+v", p, p.Layout)
+				case p.Optimize:
+					optimized++
+				default:
+					published++
+				}
+			}
+			if published != len(tc.systems) || optimized != map[bool]int{true: len(tc.systems) - 1}[tc.optimize] {
 				t.Errorf("publish: %+v", res.Publish)
+			}
+			if fp := res.Footprint.Store("slacker"); fp == nil || fp.Objects == 0 || fp.ContentBytes <= 0 ||
+				(tc.profile != "loopback" && (fp.Compressed == 0 || fp.StoredBytes >= fp.ContentBytes)) {
+				t.Errorf("footprint %+v: want the store's objects, compressed behind the link", res.Footprint)
 			}
 
 			// results.json, rewritten after every sample, has everything; the report
@@ -127,7 +149,7 @@ func TestSmoke(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(back.Samples) != len(res.Samples) || len(back.Systems) != 2 || back.Systems[0].Name != "overlayfs" ||
+			if len(back.Samples) != len(res.Samples) || len(back.Systems) != len(tc.systems) || back.Systems[0].Name != "overlayfs" ||
 				back.Systems[1].Name != "slacker" || len(back.Workloads) != 1 || back.Workloads[0].Layers != 2 ||
 				back.Profile.Name != tc.profile || back.Profile.Registry == "" {
 				t.Fatalf("results.json: %d samples, systems %+v, workloads %+v, profile %+v", len(back.Samples), back.Systems, back.Workloads, back.Profile)
