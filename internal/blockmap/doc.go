@@ -13,5 +13,9 @@
 // BlockSize (4 KiB). Overlay replaces ranges of a base map with new extents in time
 // proportional to the base's extent count plus the change, never to the data.
 //
+// A start-up layout (gather.go) plans which bytes read at start-up to gather into
+// new chunks (PlanGathers) and points a map at them (Regather, an Overlay): the
+// volume reads the same bytes, from fewer chunks.
+//
 // This package is pure: no I/O, no store, no knowledge of volumes.
 package blockmap

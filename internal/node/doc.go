@@ -28,6 +28,10 @@
 // snapshot lists its chunks there before checking the store and checks them again
 // before writing its map if a collection ran meanwhile.
 //
+// LayoutStartup (layout.go) re-lays a snapshot for start-up from its stored trace:
+// the scattered blocks start-up read are copied into new chunks, under the lease
+// like a snapshot's, and the new map gets a trace of its own (docs/design.md).
+//
 // The node never talks HTTP or gRPC (package daemon does) and never interprets the
 // files inside a volume (package convert does).
 package node
