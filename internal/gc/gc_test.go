@@ -425,3 +425,35 @@ func FuzzDecodeState(f *testing.F) {
 		}
 	})
 }
+
+// listsStoredSizes is a store whose listing, like AWS S3's of compressed objects,
+// gives each object's stored size (here half its size) as its size; Stat is exact.
+type listsStoredSizes struct{ store.Store }
+
+func (s listsStoredSizes) List(ctx context.Context, fn func(store.Info) error) error {
+	return s.Store.List(ctx, func(i store.Info) error {
+		i.Size /= 2
+		i.Stored = i.Size
+		return fn(i)
+	})
+}
+
+// Check asks Stat before it calls a listed size wrong, so a store that lists
+// stored sizes shows no problem, while a chunk whose size really differs from the
+// map's still does.
+func TestCheckAsksSizesAListingMayNotKnow(t *testing.T) {
+	ctx := context.Background()
+	f := newFixture(t)
+	a := f.chunk("a")
+	good := f.snapshot(a)
+	wrong := f.snapshot(blockmap.Chunk{Digest: f.chunk("b").Digest, Size: 8192})
+	st := listsStoredSizes{f.st}
+	rep, err := Check(ctx, st, CheckOptions{Roots: []Root{{good, "name good"}}, ReadData: true})
+	if err != nil || !rep.OK() {
+		t.Fatalf("check of a good snapshot: %+v, %v", rep, err)
+	}
+	rep, err = Check(ctx, st, CheckOptions{Roots: []Root{{wrong, "name wrong"}}})
+	if err != nil || len(rep.Problems) != 1 || rep.Problems[0].Kind != "size" || !strings.Contains(rep.Problems[0].Detail, "holds 4096 bytes, the map says 8192") {
+		t.Fatalf("check of a map with a wrong size: %+v, %v", rep, err)
+	}
+}
