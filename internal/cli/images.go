@@ -101,12 +101,9 @@ into new chunks (docs/design.md, "Start-up layout"); the rest is shared with IMA
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if err := e.connect(ctx); err != nil {
-				return err
-			}
-			en, err := e.names.Get(args[0])
+			en, err := e.namedImage(ctx, args[0])
 			if err != nil {
-				return imageErr(err, args[0])
+				return err
 			}
 			target := en.Name
 			if len(args) == 2 {
@@ -154,12 +151,9 @@ func newPush(e *env) *cobra.Command {
 		Args:    cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			if err := e.connect(ctx); err != nil {
-				return err
-			}
-			en, err := e.names.Get(args[0])
+			en, err := e.namedImage(ctx, args[0])
 			if err != nil {
-				return imageErr(err, args[0])
+				return err
 			}
 			start := time.Now()
 			res, err := registry.Push(ctx, args[1], en.Descriptor, e.regOpts())
@@ -261,6 +255,19 @@ downloaded once), with a message; --no-convert refuses it.`,
 }
 
 // imageErr turns the name store's not-found (err is from e.names) into advice.
+// namedImage connects to slackerd and returns the image called name on this node,
+// or an error that says how to get one.
+func (e *env) namedImage(ctx context.Context, name string) (*names.Entry, error) {
+	if err := e.connect(ctx); err != nil {
+		return nil, err
+	}
+	en, err := e.names.Get(name)
+	if err != nil {
+		return nil, imageErr(err, name)
+	}
+	return en, nil
+}
+
 func imageErr(err error, name string) error {
 	if errors.Is(err, errdefs.ErrNotFound) {
 		return fmt.Errorf("no image %q on this node: convert it (slacker convert) or pull it (slacker pull REF)", name)
@@ -333,12 +340,9 @@ func newTag(e *env) *cobra.Command {
 		Short: "Give an image another name",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := e.connect(cmd.Context()); err != nil {
-				return err
-			}
-			en, err := e.names.Get(args[0])
+			en, err := e.namedImage(cmd.Context(), args[0])
 			if err != nil {
-				return imageErr(err, args[0])
+				return err
 			}
 			return e.names.Put(args[1], en.Descriptor)
 		},

@@ -36,6 +36,18 @@ func cli(t *testing.T, p *testenv.Process, want int, args ...string) string {
 	return out
 }
 
+// reportDiffs fails t with the first 20 differences of a tree comparison.
+func reportDiffs(t *testing.T, diffs []fstree.Difference) {
+	t.Helper()
+	for i, d := range diffs {
+		if i == 20 {
+			t.Errorf("... and %d more", len(diffs)-20)
+			return
+		}
+		t.Errorf("%s", d)
+	}
+}
+
 // TestDebianConvertPushPullRun is the main path: a real Debian image is converted,
 // checked file by file against umoci's unpacking, pushed to a real registry, pulled
 // on a node with empty state (moving kilobytes) and run lazily.
@@ -74,13 +86,7 @@ func TestDebianConvertPushPullRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, d := range diffs {
-		if i == 20 {
-			t.Errorf("... and %d more", len(diffs)-20)
-			break
-		}
-		t.Errorf("%s", d)
-	}
+	reportDiffs(t, diffs)
 	if err := c.DeleteVolume(ctx, "check"); err != nil {
 		t.Fatal(err)
 	}

@@ -44,6 +44,26 @@ func chunkedMap(n int, size int64) *blockmap.Map {
 	return m
 }
 
+// waitRecording waits until r's trace lookup found none and its reads are being
+// recorded.
+func waitRecording(t *testing.T, r *Reader) {
+	t.Helper()
+	r.e.mu.Lock()
+	s := r.startup
+	r.e.mu.Unlock()
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		missing := s.missing
+		s.mu.Unlock()
+		if missing {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the lookup of a missing trace never finished")
+		}
+	}
+}
+
 // A container root on a store without a trace records the chunks it reads, in
 // first-read order, and writes them as its snapshot's trace when it goes. The
 // next container root of that snapshot, on a cold node, replays it: the chunks
@@ -74,20 +94,7 @@ func TestStartupRecordThenReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		e1.mu.Lock()
-		s := r1.startup
-		e1.mu.Unlock()
-		s.mu.Lock()
-		missing := s.missing
-		s.mu.Unlock()
-		if missing { // the lookup found no trace: the reads are being recorded
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lookup of a missing trace never finished")
-		}
-	}
+	waitRecording(t, r1)
 	r1.Close() // the container is gone: its trace is written
 	e1.Close(ctx)
 	if e1.Stats().TracesRecorded != 1 {
@@ -170,20 +177,7 @@ func TestCloseWritesOpenRecording(t *testing.T) {
 	e := New(newFakeCache(), Options{Traces: st, StartupWindow: time.Hour})
 	r := e.Open("root", m)
 	r.BeginStartup(snapshot, nil)
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(5 * time.Millisecond) {
-		e.mu.Lock()
-		s := r.startup
-		e.mu.Unlock()
-		s.mu.Lock()
-		missing := s.missing
-		s.mu.Unlock()
-		if missing {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the lookup of a missing trace never finished")
-		}
-	}
+	waitRecording(t, r)
 	if err := r.ReadAt(ctx, make([]byte, 100), 3*chunk); err != nil {
 		t.Fatal(err)
 	}

@@ -13,8 +13,6 @@ import (
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/image"
-	"github.com/slacker-dev/slacker/internal/testenv/services"
-	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
 // TestPullThroughFaults pushes a descriptor to Debian's docker-registry and pulls
@@ -22,13 +20,8 @@ import (
 // expired token is renewed, and a registry that is gone, hangs, keeps failing or
 // cuts every transfer is a clear error, never a wrong descriptor.
 func TestPullThroughFaults(t *testing.T) {
-	testutil.RequireTool(t, "docker-registry")
 	ctx := context.Background()
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	reg := startRegistry(t)
 	p, err := faultproxy.Start(faultproxy.Options{Target: reg.Addr, HTTP: true})
 	if err != nil {
 		t.Fatal(err)

@@ -12,8 +12,6 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
-	"github.com/slacker-dev/slacker/internal/testenv/services"
-	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
 // TestPushedImageIsAnOCIImage: what Push writes is an ordinary OCI image a stock
@@ -21,13 +19,8 @@ import (
 // ID is in the config), and its layer carries the snapshot annotation containerd's
 // unpacker passes to the Slacker snapshotter.
 func TestPushedImageIsAnOCIImage(t *testing.T) {
-	testutil.RequireTool(t, "docker-registry")
 	ctx := context.Background()
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	reg := startRegistry(t)
 	d := &image.Descriptor{
 		Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20,
 		Config:   ocispec.ImageConfig{Cmd: []string{"bash"}, Env: []string{"PATH=/usr/bin:/bin"}},

@@ -26,15 +26,22 @@ import (
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
-// TestPushPull publishes a descriptor to Debian's docker-registry and resolves it.
-func TestPushPull(t *testing.T) {
+// startRegistry starts Debian's docker-registry for the test.
+func startRegistry(t *testing.T) *services.Registry {
+	t.Helper()
 	testutil.RequireTool(t, "docker-registry")
-	ctx := context.Background()
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
+	reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { reg.Stop() })
+	return reg
+}
+
+// TestPushPull publishes a descriptor to Debian's docker-registry and resolves it.
+func TestPushPull(t *testing.T) {
+	ctx := context.Background()
+	reg := startRegistry(t)
 	d := &image.Descriptor{
 		Snapshot: digest.FromString("snap"), Size: 10 << 30, DataSize: 300 << 20,
 		Config:  ocispec.ImageConfig{Cmd: []string{"echo", "hello"}, Env: []string{"PATH=/usr/bin:/bin"}},
@@ -79,13 +86,8 @@ func TestPushPull(t *testing.T) {
 // pull (one pusher or puller for all its requests); a pull is the ping, the manifest
 // and the blob; with Insecure no HTTPS connection is attempted.
 func TestRoundTrips(t *testing.T) {
-	testutil.RequireTool(t, "docker-registry")
 	ctx := context.Background()
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	reg := startRegistry(t)
 	target, err := url.Parse("http://" + reg.Addr)
 	if err != nil {
 		t.Fatal(err)
