@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what Slacker needs on a Debian bookworm machine, as root: the kernel-side
 # tools (FUSE, e2fsprogs), runc and containerd, Debian's docker-registry, and the image
-# tools the tests and benchmarks use, then builds bin/slacker, bin/slackerd and
-# bin/slacker-bench. Idempotent: installs only what is missing.
+# tools the tests and benchmarks use, then builds bin/slacker, bin/slackerd,
+# bin/slacker-bench and bin/slacker-stargz. Idempotent: installs only what is missing.
 set -euo pipefail
 
 if [ "$(id -u)" != 0 ]; then
@@ -56,4 +56,7 @@ cd "$(dirname "$0")/.."
 go mod download
 mkdir -p bin
 go build -o bin/ ./cmd/slacker ./cmd/slackerd ./bench/cmd/slacker-bench
+# stargz-snapshotter beside Slacker in HelloBench: a module of its own (containerd 2),
+# which slacker and slackerd do not depend on.
+(cd bench/stargz && go build -o ../../bin/slacker-stargz .)
 echo "setup: ok (binaries in $(pwd)/bin)"

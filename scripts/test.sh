@@ -17,6 +17,8 @@ go vet ./...
 # so that no test's timeout pays for it.
 go test -count=1 -timeout 20m -run '^TestMinIOStartStop$' ./internal/testenv/services
 go test -race -count=1 -timeout 40m ./...
+# bench/stargz is a module of its own (stargz-snapshotter beside Slacker in HelloBench).
+(cd bench/stargz && go vet ./... && go test -count=1 ./...)
 
 # Nothing the tests started may outlive them.
 left=$(findmnt -rn -o TARGET,FSTYPE | awk '$2 ~ /^fuse.slacker/ || $1 ~ /^\/tmp\/Test/ {print}')
