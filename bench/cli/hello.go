@@ -20,11 +20,11 @@ const DefaultHelloDir = "/var/lib/slacker-bench/hello"
 
 func newHelloCommand() *cobra.Command {
 	var (
-		o                       harness.Options
-		systems, only, cycles   string
-		out                     string
-		slackerBin, slackerdBin string
-		markdown                bool
+		o                                  harness.Options
+		systems, only, cycles              string
+		out                                string
+		slackerBin, slackerdBin, stargzBin string
+		markdown                           bool
 	)
 	cmd := &cobra.Command{
 		Use:   "hello --workloads FILE [--systems overlayfs,slacker] [--profile loopback|1gbit] [--runs N] [--quick]",
@@ -37,9 +37,12 @@ func newHelloCommand() *cobra.Command {
   development  push of a change to the top layer (one new file) + pull + run
 
 Systems: slacker (its default container roots, shared); slacker-block (slackerd
---container-root block: block clones); overlayfs (containerd 1.6 + runc, ordinary
-gzip layers); native; NAME=SOCKET for a containerd snapshotter already running
-(e.g. stargz=/run/...sock).
+--container-root block: block clones); slacker-containerd (Slacker images through
+containerd and slackerd's snapshotter); stargz (eStargz images through containerd
+and stargz-snapshotter, run by bin/slacker-stargz; with --optimize, each image is
+converted again from a recorded run of its workload); overlayfs (containerd 1.6 +
+runc, ordinary gzip layers); native; NAME=SOCKET for a containerd snapshotter
+already running.
 Profiles: loopback (registry on 127.0.0.1), or an emulated link between the node and
 the registry (1gbit = 1 Gbit/s, --rtt 1ms; any Nmbit/Ngbit; 1gbit-20ms and 100mbit-20ms
 name their round trip: the WAN profiles).
@@ -49,7 +52,7 @@ registry, containerd and slackerd, and writes OUT/results.json (after every samp
 and OUT/index.html with SVG figures. Needs root.`,
 		Example: `  slacker-bench hello --workloads shared/hellobench/workloads.toml --quick
   slacker-bench hello --workloads shared/hellobench/workloads.toml --systems overlayfs,slacker --profile 1gbit --runs 3
-  slacker-bench hello --workloads w.toml --only redis,nginx --systems overlayfs,slacker,stargz=/run/stargz/stargz.sock
+  slacker-bench hello --workloads w.toml --profile 1gbit --optimize --systems overlayfs,slacker-containerd,stargz
   slacker-bench hello --workloads w.toml --quick --systems overlayfs,slacker,slacker-block`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -67,6 +70,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 				return fmt.Errorf("%w, or give --slacker and --slackerd", err)
 			}
 			o.Slacker, o.Slackerd = bins.Slacker, bins.Slackerd
+			o.Stargz = rig.FindStargzBinary(stargzBin, o.Slacker)
 			if out == "" {
 				out = fmt.Sprintf("hellobench-%s-%s", strings.ToLower(o.Profile), time.Now().Format("20060102-150405"))
 			}
@@ -91,13 +95,13 @@ and OUT/index.html with SVG figures. Needs root.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.WorkloadsFile, "workloads", "w", "", "workloads TOML file")
-	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, slacker-block, slacker-containerd, overlayfs, native, NAME=SOCKET")
+	f.StringVar(&systems, "systems", "overlayfs,slacker", "systems to compare: slacker, slacker-block, slacker-containerd, stargz, overlayfs, native, NAME=SOCKET")
 	f.StringVar(&o.Profile, "profile", "loopback", "network between node and registry: loopback, 1gbit, 100mbit, ..., with a round trip: 1gbit-20ms, 100mbit-20ms (the WAN profiles)")
 	f.DurationVar(&o.RTT, "rtt", time.Millisecond, "round-trip time of an emulated link whose profile names none")
 	f.IntVar(&o.Runs, "runs", 3, "repetitions of every workload, system and cycle (--quick: 2)")
 	f.StringVar(&o.StoreServer, "store-server", "s3", "behind a link, where Slacker's chunks live unless --store is given: s3 (MinIO beside the registry) or registry")
 	f.StringVar(&o.StoreCompress, "store-compress", "", "behind a link, how that store keeps chunks: zstd (the backend's default) or none")
-	f.BoolVar(&o.Optimize, "optimize", false, "after the warm-up, lay every Slacker image out for start-up from its trace and publish it again (slacker optimize)")
+	f.BoolVar(&o.Optimize, "optimize", false, "after the warm-up, lay every Slacker image out for start-up from its trace and publish it again (slacker optimize); convert every eStargz image again from a recorded run (stargz's optimize)")
 	f.BoolVar(&o.Warmup, "warmup", true, "deploy every workload once with Slacker before the samples, untimed (records its start-up traces, as an earlier run anywhere would)")
 	f.BoolVar(&o.Quick, "quick", false, "the quick profile: "+strings.Join(harness.QuickWorkloads, ", "))
 	f.StringVar(&only, "only", "", "comma-separated workloads to run (default all)")
@@ -110,6 +114,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 	f.StringArrayVar(&o.SlackerdArgs, "slackerd-arg", nil, "extra slackerd flag, repeatable")
 	f.StringVar(&slackerBin, "slacker", "", "slacker binary (default: this program if it is slacker, else next to it or on PATH)")
 	f.StringVar(&slackerdBin, "slackerd", "", "slackerd binary (default: next to slacker, or on PATH)")
+	f.StringVar(&stargzBin, "stargz", "", "slacker-stargz binary, for the system stargz (default: next to slacker, or on PATH)")
 	f.Uint64Var(&o.Seed, "seed", 0, "seed of the shuffled order (default: from the clock; recorded in results)")
 	f.BoolVar(&markdown, "markdown", false, "print the summary as Markdown")
 	return cmd

@@ -3,6 +3,7 @@ package docsgen
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/slacker-dev/slacker/bench/hellobench/harness"
@@ -84,6 +85,25 @@ func init() {
 				return 0, fmt.Errorf("no deployment samples of system %q", a[0])
 			}
 			return s.RunRatio, nil
+		}),
+		// vs-deploy SYSTEM OTHER median|p90: SYSTEM's deployment speedup over
+		// OTHER's (OTHER's total over SYSTEM's, per workload both ran), e.g.
+		// slacker-containerd over stargz; vs-run-ratio SYSTEM OTHER: SYSTEM's run
+		// until ready over OTHER's; vs-failed SYSTEM OTHER: their failed samples.
+		"vs-deploy": helloRun(3, func(t *report.Table, a []string) (float64, error) {
+			s, err := summarizeAgainst(t, a[0], a[1])
+			if err != nil {
+				return 0, err
+			}
+			return pick(a[2], s.DeployMedian, s.DeployP90)
+		}),
+		"vs-run-ratio": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			s, err := summarizeAgainst(t, a[0], a[1])
+			return s.RunRatio, err
+		}),
+		"vs-failed": helloRun(2, func(t *report.Table, a []string) (float64, error) {
+			s, err := summarizeAgainst(t, a[0], a[1])
+			return float64(s.Failed + s.BaseFailed), err
 		}),
 		"runs": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return float64(t.R.Runs), nil }),
 		// workloads: how many workloads the run measured; oneshot: how many of
@@ -352,6 +372,22 @@ func helloRun(nargs int, f func(t *report.Table, args []string) (float64, error)
 
 func helloSummary(nargs int, f func(s report.Summary, args []string) (float64, error)) figure {
 	return helloRun(nargs, func(t *report.Table, args []string) (float64, error) { return f(t.Summarize("slacker"), args) })
+}
+
+// summarizeAgainst summarizes system against other instead of the run's baseline.
+func summarizeAgainst(t *report.Table, system, other string) (report.Summary, error) {
+	for _, x := range []string{system, other} {
+		if !slices.Contains(t.Systems, x) {
+			return report.Summary{}, fmt.Errorf("the run has no system %q (it has %s)", x, strings.Join(t.Systems, ", "))
+		}
+	}
+	u := *t
+	u.Baseline = other
+	s := u.Summarize(system)
+	if s.DeployN == 0 {
+		return s, fmt.Errorf("no deployment samples of %s beside %s", system, other)
+	}
+	return s, nil
 }
 
 func pick(which string, median, p90 float64) (float64, error) {

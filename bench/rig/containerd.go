@@ -166,6 +166,25 @@ func (c *Containerd) Run(ctx context.Context, ref string, args []string, stdin i
 // /run (a fresh copy of it) instead of containerd's empty tmpfs. ctr cannot set a
 // hostname, so the container keeps the host's, and /etc/hosts names it.
 func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Container, error) {
+	return c.start(ctx, ref, nil, spec)
+}
+
+// RootFS is a container root that no snapshot of containerd's holds (mounted by
+// the caller), with what ctr would otherwise take from the image's config.
+type RootFS struct {
+	Path string
+	Env  []string
+	Cwd  string
+}
+
+// StartRoot runs a container of ref (whose /run it gets) on root instead of a
+// snapshot of the image: `ctr run --rootfs`, the image's environment and working
+// directory passed as flags. ctr has no flag for the user: it runs as root.
+func (c *Containerd) StartRoot(ctx context.Context, ref string, root RootFS, spec RunSpec) (*Container, error) {
+	return c.start(ctx, ref, &root, spec)
+}
+
+func (c *Containerd) start(ctx context.Context, ref string, root *RootFS, spec RunSpec) (*Container, error) {
 	if c.c == nil {
 		return nil, fmt.Errorf("containerd is not running (Cold first)")
 	}
@@ -174,8 +193,20 @@ func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Cont
 	if err := runc.WriteEtc(filepath.Join(dir, "etc"), hostname, false); err != nil {
 		return nil, err
 	}
-	args := []string{"-a", c.c.Socket, "-n", "bench", "run", "--snapshotter", c.o.Snapshotter,
-		"--pid-file", filepath.Join(dir, "pid")}
+	args := []string{"-a", c.c.Socket, "-n", "bench", "run", "--pid-file", filepath.Join(dir, "pid")}
+	image := ref
+	if root != nil {
+		args = append(args, "--rootfs")
+		for _, e := range root.Env {
+			args = append(args, "--env", e)
+		}
+		if root.Cwd != "" {
+			args = append(args, "--cwd", root.Cwd)
+		}
+		image = root.Path
+	} else {
+		args = append(args, "--snapshotter", c.o.Snapshotter)
+	}
 	for _, f := range runc.EtcFiles {
 		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/etc/%s,options=rbind:rw", filepath.Join(dir, "etc", f), f))
 	}
@@ -185,7 +216,7 @@ func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Cont
 		}
 		args = append(args, "--mount", fmt.Sprintf("type=bind,src=%s,dst=/run,options=rbind:rw", filepath.Join(dir, "run")))
 	}
-	args = append(append(args, ref, spec.Name), spec.Args...)
+	args = append(append(args, image, spec.Name), spec.Args...)
 	sock := c.c.Socket
 	var ops ContainerOps
 	ops.PID = func(context.Context) (int, error) {

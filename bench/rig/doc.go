@@ -6,7 +6,10 @@
 //     and the slacker CLI; its default container roots, shared), "slacker-block"
 //     (the same with --container-root block: block clones), "overlayfs" (containerd
 //     1.6 with its overlayfs snapshotter, driven by ctr), containerd with another
-//     snapshotter, and containerd with slackerd's snapshotter. Each System publishes an image to a
+//     snapshotter, containerd with slackerd's snapshotter ("slacker-containerd"),
+//     and containerd with stargz-snapshotter ("stargz", eStargz images, run by
+//     bin/slacker-stargz from bench/stargz; FileWatch records the files a run
+//     reads, to optimize them as ctr-remote optimize does). Each System publishes an image to a
 //     registry, makes its node cold (fresh state, page cache dropped), pulls, runs
 //     and mounts a writable container root; a Starter starts a container in the
 //     background, and StartContainer with a Container watches one, whoever made it;

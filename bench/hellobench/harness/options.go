@@ -21,7 +21,8 @@ type Options struct {
 	Quick bool
 	// Systems are system specs (see ParseSystem): "overlayfs", "slacker",
 	// "slacker-block", "slacker-containerd" (Slacker images through containerd and
-	// slackerd's snapshotter), "NAME=SOCKET" for a containerd snapshotter already
+	// slackerd's snapshotter), "stargz" (eStargz images through containerd and
+	// stargz-snapshotter), "NAME=SOCKET" for a containerd snapshotter already
 	// running.
 	Systems []string
 	// Profile is "loopback" or a link rate such as "1gbit", "100mbit", with its
@@ -47,7 +48,9 @@ type Options struct {
 	KeepDir        bool
 	// Slacker and Slackerd are the binaries; SlackerdArgs extra daemon flags.
 	Slacker, Slackerd string
-	SlackerdArgs      []string
+	// Stargz is slacker-stargz (bench/stargz), for the system "stargz".
+	Stargz       string
+	SlackerdArgs []string
 	// Store is Slacker's chunk store location ("" = a directory on the node).
 	Store string
 	// StoreServer is where Slacker's chunks live behind a link when Store is empty:
@@ -74,7 +77,7 @@ var QuickWorkloads = []string{"debian", "python", "gcc", "redis", "nginx", "flas
 // SystemSpec is a parsed --systems entry.
 type SystemSpec struct {
 	Name string
-	// Kind is "slacker" or "containerd".
+	// Kind is "slacker", "containerd", "slacker-containerd" or "stargz".
 	Kind string
 	// RootMode is a Slacker system's container root mode (rig.SlackerOptions):
 	// "block" for slacker-block, empty for slacker (slackerd's default, shared).
@@ -87,7 +90,9 @@ var snapshotterName = regexp.MustCompile(`^[a-z][a-z0-9_-]*$`)
 
 // ParseSystem parses a --systems entry: "slacker" (slackerd and the slacker CLI,
 // its default container roots); "slacker-block" (the same with slackerd
-// --container-root block: block clones); "overlayfs" (containerd with its overlayfs
+// --container-root block: block clones); "slacker-containerd" (Slacker images
+// through containerd and slackerd's snapshotter); "stargz" (eStargz images through
+// containerd and stargz-snapshotter, rig.Stargz); "overlayfs" (containerd with its overlayfs
 // snapshotter); "native" (containerd's native snapshotter); or "NAME=SOCKET", a
 // snapshotter that is already running, plugged into containerd through its gRPC
 // socket (e.g. stargz=/run/containerd-stargz-grpc/containerd-stargz-grpc.sock).
@@ -107,16 +112,16 @@ func ParseSystem(s string) (SystemSpec, error) {
 		return SystemSpec{Name: "slacker", Kind: "slacker"}, nil
 	case "slacker-block":
 		return SystemSpec{Name: "slacker-block", Kind: "slacker", RootMode: "block"}, nil
-	case rig.SlackerContainerdName:
-		return SystemSpec{Name: s, Kind: rig.SlackerContainerdName}, nil
+	case rig.SlackerContainerdName, rig.StargzName:
+		return SystemSpec{Name: s, Kind: s}, nil
 	case "overlayfs", "native":
 		return SystemSpec{Name: s, Kind: "containerd", Snapshotter: s}, nil
 	}
-	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, slacker-block, slacker-containerd, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
+	return SystemSpec{}, fmt.Errorf("unknown system %q (want slacker, slacker-block, slacker-containerd, stargz, overlayfs, native, or NAME=SOCKET for a running containerd snapshotter)", s)
 }
 
 // builtinSystems are the names ParseSystem knows; a proxy snapshotter cannot take one.
-var builtinSystems = []string{"slacker", "slacker-block", rig.SlackerContainerdName, "overlayfs", "native"}
+var builtinSystems = []string{"slacker", "slacker-block", rig.SlackerContainerdName, rig.StargzName, "overlayfs", "native"}
 
 var rateRE = regexp.MustCompile(`^([0-9]+(?:\.[0-9]+)?)(k|m|g)bit(?:-([0-9]+)ms)?$`)
 

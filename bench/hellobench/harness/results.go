@@ -105,6 +105,12 @@ type PublishSample struct {
 	// (Options.Optimize), with what the layout did.
 	Optimize bool        `json:"optimize,omitempty"`
 	Layout   *api.Layout `json:"layout,omitempty"`
+	// RecordedFiles is, for an eStargz image optimized from a recorded run, how
+	// many files that run read (prioritized in the new image); RecordNote says
+	// what went wrong in the run, if anything (the files recorded are used anyway,
+	// as ctr-remote optimize does).
+	RecordedFiles int    `json:"recorded_files,omitempty"`
+	RecordNote    string `json:"record_note,omitempty"`
 	// LinkBytes crossed the emulated link away from the node during the publish
 	// (IP level; zero on loopback): the gzip layers for the baseline, the chunks
 	// and descriptor for Slacker with its store behind the link.

@@ -1,0 +1,189 @@
+package rig_test
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/bench/rig"
+	"github.com/slacker-dev/slacker/internal/mount"
+	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// stargzBinary is bin/slacker-stargz (scripts/setup.sh builds it; CI runs that
+// first), or, outside CI, one built here from bench/stargz.
+func stargzBinary(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p := filepath.Join(root, "bin", "slacker-stargz"); fileExists(p) {
+		return p
+	}
+	if os.Getenv("SLACKER_CI") != "" {
+		t.Fatal("bin/slacker-stargz is missing: scripts/setup.sh builds it")
+	}
+	p := filepath.Join(t.TempDir(), "slacker-stargz")
+	cmd := exec.Command("go", "build", "-o", p, ".")
+	cmd.Dir = filepath.Join(root, "bench", "stargz")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build slacker-stargz: %v\n%s", err, out)
+	}
+	return p
+}
+
+func fileExists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// The stargz system end to end on the Debian image: publish as eStargz, record a
+// run on the original layers, convert again with the files it read first, then a
+// cold pull that mounts the layers lazily (FUSE, nothing applied) and a container
+// that reads them; Close leaves nothing mounted.
+func TestStargz(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/dev/fuse")
+	testutil.RequireTool(t, "containerd", "ctr", "runc", "skopeo", "docker-registry")
+	layout := testenv.DebianOCI(t)
+	bin := stargzBinary(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(dir, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	sz, err := rig.NewStargz(rig.StargzOptions{Dir: filepath.Join(dir, "sz"), CtrdDir: filepath.Join(dir, "c"), Bin: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { sz.Close() })
+	img := rig.Image{Name: "minbase", Layout: layout, Tag: "bookworm"}
+	ref, _, err := sz.Publish(ctx, img, reg.Addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The recorded run: the files it read, in the order it first read them.
+	var recOut strings.Builder
+	c, watch, release, err := sz.StartRecording(ctx, img, reg.Addr, rig.RunSpec{Name: "rec",
+		Args: []string{"sh", "-c", "cat /etc/debian_version; ls /usr/share/doc > /dev/null"}, Stdout: &recOut})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-c.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the recorded run did not end")
+	}
+	files, err := watch.Stop()
+	c.Remove(ctx)
+	release()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := recOut.String() // bookworm: "12.N\n"
+	if c.ExitCode() != 0 || !strings.HasPrefix(want, "12.") {
+		t.Fatalf("recorded run: exit %d, output %q (want bookworm's version), stderr %q", c.ExitCode(), want, c.StderrTail())
+	}
+	for _, f := range []string{"/etc/debian_version", "/usr/bin/cat", "/usr/bin/ls"} {
+		if !slices.Contains(files, f) {
+			t.Errorf("the recording lacks %s: %q", f, files)
+		}
+	}
+	if i, j := slices.Index(files, "/usr/bin/cat"), slices.Index(files, "/usr/bin/ls"); i > j {
+		t.Errorf("cat ran before ls, but the recording has it after: %q", files)
+	}
+	for _, f := range files {
+		if strings.HasPrefix(f, "/usr/share/doc/") {
+			t.Errorf("ls of a directory recorded a file in it: %s", f)
+		}
+	}
+	sz.EndRecording()
+	if _, err := sz.Optimize(ctx, img, reg.Addr, files); err != nil {
+		t.Fatal(err)
+	}
+
+	if err := sz.Cold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sz.Pull(ctx, ref); err != nil {
+		t.Fatal(err)
+	}
+	state := filepath.Join(dir, "sz", "state")
+	ms, err := mount.Mounts(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fuse := 0
+	for _, m := range ms {
+		if strings.HasPrefix(m.FSType, "fuse") {
+			fuse++
+		}
+	}
+	if fuse == 0 {
+		t.Fatalf("after the pull no layer is mounted lazily under %s: %+v", state, ms)
+	}
+	var out strings.Builder
+	ct, err := sz.Start(ctx, ref, rig.RunSpec{Name: "run", Args: []string{"cat", "/etc/debian_version"}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ct.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the container did not end")
+	}
+	ct.Remove(ctx)
+	if ct.ExitCode() != 0 || out.String() != want {
+		t.Fatalf("exit %d, output %q, stderr %q", ct.ExitCode(), out.String(), ct.StderrTail())
+	}
+	sz.Close()
+	if ms, _ := mount.Mounts(dir); len(ms) > 0 {
+		t.Fatalf("Close left mounts: %+v", ms)
+	}
+}
+
+// FileWatch records regular files opened or read on the watched filesystem, in
+// first-access order, once each; a stat or a directory listing is not a read.
+func TestFileWatch(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	if err := unix.Mount("tmpfs", dir, "tmpfs", 0, "size=4m"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(dir, unix.MNT_DETACH) })
+	for _, f := range []string{"a", "b", "c", "sub/d"} {
+		os.MkdirAll(filepath.Dir(filepath.Join(dir, f)), 0o755)
+		os.WriteFile(filepath.Join(dir, f), []byte(f), 0o644)
+	}
+	w, err := rig.WatchFiles(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.ReadFile(filepath.Join(dir, "b"))
+	os.Stat(filepath.Join(dir, "c"))
+	os.ReadDir(filepath.Join(dir, "sub"))
+	os.ReadFile(filepath.Join(dir, "a"))
+	os.ReadFile(filepath.Join(dir, "b"))
+	os.ReadFile(filepath.Join(dir, "sub", "d"))
+	time.Sleep(100 * time.Millisecond) // events are read asynchronously
+	files, err := w.Stop()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"/b", "/a", "/sub/d"}; !slices.Equal(files, want) {
+		t.Fatalf("recorded %q, want %q", files, want)
+	}
+}
