@@ -50,7 +50,8 @@ func fileExists(p string) bool {
 // The stargz system end to end on the Debian image: publish as eStargz, record a
 // run on the original layers, convert again with the files it read first, then a
 // cold pull that mounts the layers lazily (FUSE, nothing applied) and a container
-// that reads them; Close leaves nothing mounted.
+// that reads them; a change pushed on top and run from a cold node; Close leaves
+// nothing mounted.
 func TestStargz(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireFile(t, "/dev/fuse")
@@ -149,6 +150,34 @@ func TestStargz(t *testing.T) {
 	if ct.ExitCode() != 0 || out.String() != want {
 		t.Fatalf("exit %d, output %q, stderr %q", ct.ExitCode(), out.String(), ct.StderrTail())
 	}
+
+	// The development cycle: a one-file change pushed on top of the eStargz layers,
+	// then a cold pull and a container that sees the file and the image.
+	pr, err := sz.PushChange(ctx, img, ref, rig.Change{Tag: "dev-1", Path: "/hellobench/change", Content: []byte("changed\n")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sz.Cold(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sz.Pull(ctx, pr.Ref); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	ct, err = sz.Start(ctx, pr.Ref, rig.RunSpec{Name: "dev", Args: []string{"cat", "/hellobench/change", "/etc/debian_version"}, Stdout: &out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-ct.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatal("the container of the changed image did not end")
+	}
+	ct.Remove(ctx)
+	if ct.ExitCode() != 0 || out.String() != "changed\n"+want {
+		t.Fatalf("changed image: exit %d, output %q, stderr %q", ct.ExitCode(), out.String(), ct.StderrTail())
+	}
+
 	sz.Close()
 	if ms, _ := mount.Mounts(dir); len(ms) > 0 {
 		t.Fatalf("Close left mounts: %+v", ms)
