@@ -15,9 +15,10 @@ import (
 )
 
 // ContainerdSlacker is containerd 1.6 with slackerd's snapshotter as its proxy
-// plugin "slacker", pulled by nerdctl (with the layer labels) and run by ctr: images are published as Slacker images (convert
-// and push on a publishing node sharing the store), and pulled and run through
-// containerd, which mounts the snapshots lazily instead of unpacking layers.
+// plugin "slacker": images are published as Slacker images (convert and push on
+// a publishing node sharing the store), pulled by nerdctl (which passes the layer
+// labels) and run by ctr through containerd, which mounts the snapshots lazily
+// instead of unpacking layers.
 type ContainerdSlacker struct {
 	s *Slacker
 	c *Containerd

@@ -384,7 +384,7 @@ func (h *harness) makeSystems(specs []SystemSpec) error {
 			if h.o.Store == "" {
 				store = filepath.Join(dir, "store")
 			}
-			detail = "containerd 1.6 + runc via ctr, snapshotter slacker (slackerd's proxy plugin; layers prepared from the image's labels), store " + store
+			detail = "containerd 1.6 + runc, pulled by nerdctl and run by ctr, snapshotter slacker (slackerd's proxy plugin; layers prepared from the image's labels), store " + store
 		case rig.StargzName:
 			// slacker-stargz serve under Dir/stargz, containerd under Dir/ctrd-sz with
 			// it as the proxy snapshotter "stargz"; the registry is the baseline's.
