@@ -9,7 +9,6 @@ import (
 
 	"github.com/slacker-dev/slacker/bench/rig"
 	"github.com/slacker-dev/slacker/internal/testenv"
-	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
@@ -22,11 +21,7 @@ func TestContainerdStdin(t *testing.T) {
 	layout := testenv.DebianOCI(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(dir, "registry")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	reg := startRegistry(t, dir)
 	c, err := rig.NewContainerd(rig.ContainerdOptions{Dir: filepath.Join(dir, "c")})
 	if err != nil {
 		t.Fatal(err)

@@ -42,6 +42,27 @@ func stargzBinary(t *testing.T) string {
 	return p
 }
 
+// startRegistry starts a registry under dir, stopped at the end of the test.
+func startRegistry(t *testing.T, dir string) *services.Registry {
+	t.Helper()
+	reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: filepath.Join(dir, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	return reg
+}
+
+// waitEnd waits up to a minute for c, what the failure calls it, to end.
+func waitEnd(t *testing.T, c *rig.Container, what string) {
+	t.Helper()
+	select {
+	case <-c.Done():
+	case <-time.After(60 * time.Second):
+		t.Fatalf("%s did not end; stderr %q", what, c.StderrTail())
+	}
+}
+
 func fileExists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
@@ -60,11 +81,7 @@ func TestStargz(t *testing.T) {
 	bin := stargzBinary(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(dir, "registry")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
+	reg := startRegistry(t, dir)
 	sz, err := rig.NewStargz(rig.StargzOptions{Dir: filepath.Join(dir, "sz"), CtrdDir: filepath.Join(dir, "c"), Bin: bin})
 	if err != nil {
 		t.Fatal(err)
@@ -83,11 +100,7 @@ func TestStargz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-c.Done():
-	case <-time.After(60 * time.Second):
-		t.Fatal("the recorded run did not end")
-	}
+	waitEnd(t, c, "the recorded run")
 	files, err := watch.Stop()
 	c.Remove(ctx)
 	release()
@@ -141,11 +154,7 @@ func TestStargz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ct.Done():
-	case <-time.After(60 * time.Second):
-		t.Fatal("the container did not end")
-	}
+	waitEnd(t, ct, "the container")
 	ct.Remove(ctx)
 	if ct.ExitCode() != 0 || out.String() != want {
 		t.Fatalf("exit %d, output %q, stderr %q", ct.ExitCode(), out.String(), ct.StderrTail())
@@ -168,11 +177,7 @@ func TestStargz(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-ct.Done():
-	case <-time.After(60 * time.Second):
-		t.Fatal("the container of the changed image did not end")
-	}
+	waitEnd(t, ct, "the container of the changed image")
 	ct.Remove(ctx)
 	if ct.ExitCode() != 0 || out.String() != "changed\n"+want {
 		t.Fatalf("changed image: exit %d, output %q, stderr %q", ct.ExitCode(), out.String(), ct.StderrTail())
