@@ -35,6 +35,16 @@ func (o *orderedCache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(bl
 }
 
 // chunkedMap is an image of n distinct chunks of size bytes each, in order.
+// traceStore is a local store in the test's directory, where traces are kept.
+func traceStore(t *testing.T) *local.Store {
+	t.Helper()
+	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st
+}
+
 func chunkedMap(n int, size int64) *blockmap.Map {
 	m := &blockmap.Map{Size: int64(n) * size}
 	for i := range n {
@@ -72,10 +82,7 @@ func waitRecording(t *testing.T, r *Reader) {
 // is not a container root records nothing.
 func TestStartupRecordThenReplay(t *testing.T) {
 	ctx := context.Background()
-	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := traceStore(t)
 	const chunk = 64 << 10
 	m := chunkedMap(64, chunk)
 	snapshot := digest.FromString("image")
@@ -167,10 +174,7 @@ func TestStartupRecordThenReplay(t *testing.T) {
 // snapshot) is written, not lost.
 func TestCloseWritesOpenRecording(t *testing.T) {
 	ctx := context.Background()
-	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := traceStore(t)
 	const chunk = 64 << 10
 	m := chunkedMap(8, chunk)
 	snapshot := digest.FromString("image")
@@ -197,10 +201,7 @@ func TestCloseWritesOpenRecording(t *testing.T) {
 // start that replays it records a version 2 trace in its place.
 func TestStartupUpgradesOldTrace(t *testing.T) {
 	ctx := context.Background()
-	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := traceStore(t)
 	const chunk = 64 << 10
 	m := chunkedMap(8, chunk)
 	snapshot := digest.FromString("image")
@@ -244,10 +245,7 @@ func TestStartupUpgradesOldTrace(t *testing.T) {
 // the reader goes on serving reads that are no longer recorded.
 func TestEndStartupWritesTheTraceAndKeepsReading(t *testing.T) {
 	ctx := context.Background()
-	st, err := local.Open(filepath.Join(t.TempDir(), "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	st := traceStore(t)
 	const chunk = 64 << 10
 	m := chunkedMap(8, chunk)
 	snapshot := digest.FromString("image")
@@ -266,6 +264,7 @@ func TestEndStartupWritesTheTraceAndKeepsReading(t *testing.T) {
 		t.Fatalf("a read after EndStartup: %v", err)
 	}
 	var b []byte
+	var err error
 	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if b, err = st.GetRef(ctx, trace.RefName(snapshot)); err == nil {
 			break
