@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
@@ -59,8 +58,7 @@ const (
 // the node's state (Dir/node: cache, volumes, names) does not.
 type Slacker struct {
 	o      SlackerOptions
-	daemon *exec.Cmd
-	done   chan struct{}
+	daemon *daemon
 	root   string
 	client *api.Client
 	// registryBytes is what pulls moved from the registry since Cold.
@@ -121,36 +119,11 @@ func (s *Slacker) start(ctx context.Context, root string) error {
 		return err
 	}
 	s.root = root
-	log, err := os.OpenFile(filepath.Join(root, "slackerd.log"), os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	cmd := exec.Command(s.o.Slackerd, s.daemonArgs(root)...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("start slackerd: %w", err)
-	}
-	s.daemon, s.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); log.Close(); close(done) }(s.done)
 	s.client = api.NewClient(s.socket())
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if _, err := s.client.Info(ctx); err == nil {
-			return nil
-		}
-		select {
-		case <-s.done:
-			b, _ := os.ReadFile(filepath.Join(root, "slackerd.log"))
-			return fmt.Errorf("slackerd exited at start: %s", tail(string(b)))
-		default:
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("slackerd did not answer within 30s")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	ready := func(ctx context.Context) bool { _, err := s.client.Info(ctx); return err == nil }
+	d, err := startDaemon(ctx, "slackerd", s.o.Slackerd, s.daemonArgs(root), filepath.Join(root, "slackerd.log"), ready)
+	s.daemon = d
+	return err
 }
 
 // daemonArgs are slackerd's flags on root. The root mode comes after the extra
@@ -168,16 +141,7 @@ func (s *Slacker) daemonArgs(root string) []string {
 }
 
 func (s *Slacker) stop() {
-	if s.daemon == nil {
-		return
-	}
-	s.daemon.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(60 * time.Second):
-		s.daemon.Process.Kill()
-		<-s.done
-	}
+	s.daemon.stop()
 	s.daemon = nil
 }
 

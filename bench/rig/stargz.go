@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -48,8 +47,7 @@ type Stargz struct {
 	c   *Containerd // the measured one: snapshotter stargz
 	rec *Containerd // records runs on the original layers (overlayfs)
 
-	daemon   *exec.Cmd
-	done     chan struct{}
+	daemon   *daemon
 	registry string            // the registry the snapshotter reaches over plain HTTP
 	layouts  map[string]string // image name -> its eStargz layout (for PushChange)
 }
@@ -207,41 +205,17 @@ func (s *Stargz) startDaemon(ctx context.Context, state string) error {
 	if err := os.MkdirAll(state, 0o700); err != nil {
 		return err
 	}
-	logPath := filepath.Join(s.o.Dir, "stargz.log")
-	log, err := os.OpenFile(logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
 	args := []string{"serve", "--root", state, "--address", s.c.o.ProxySocket, "--log-level", "warn"}
 	if s.registry != "" {
 		args = append(args, "--insecure", s.registry)
 	}
-	cmd := exec.Command(s.o.Bin, args...)
-	cmd.Stdout, cmd.Stderr = log, log
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
-		log.Close()
-		return fmt.Errorf("start the stargz snapshotter: %w", err)
+	ready := func(context.Context) bool {
+		fi, err := os.Stat(s.c.o.ProxySocket)
+		return err == nil && fi.Mode()&os.ModeSocket != 0
 	}
-	s.daemon, s.done = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); log.Close(); close(done) }(s.done)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		if fi, err := os.Stat(s.c.o.ProxySocket); err == nil && fi.Mode()&os.ModeSocket != 0 {
-			return nil
-		}
-		select {
-		case <-s.done:
-			b, _ := os.ReadFile(logPath)
-			return fmt.Errorf("the stargz snapshotter exited at start: %s", tail(string(b)))
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(10 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return errors.New("the stargz snapshotter did not serve within 30s")
-		}
-	}
+	d, err := startDaemon(ctx, "the stargz snapshotter", s.o.Bin, args, filepath.Join(s.o.Dir, "stargz.log"), ready)
+	s.daemon = d
+	return err
 }
 
 // stopDaemon stops the snapshotter (SIGTERM closes it, unmounting its FUSE
@@ -249,16 +223,8 @@ func (s *Stargz) startDaemon(ctx context.Context, state string) error {
 // keeps fetching whole layers in the background, which must not disturb the next
 // sample.
 func (s *Stargz) stopDaemon() {
-	if s.daemon != nil {
-		s.daemon.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.done:
-		case <-time.After(60 * time.Second):
-			syscall.Kill(-s.daemon.Process.Pid, syscall.SIGKILL)
-			<-s.done
-		}
-		s.daemon = nil
-	}
+	s.daemon.stop()
+	s.daemon = nil
 	if ms, err := mount.Mounts(filepath.Join(s.o.Dir, "state")); err == nil {
 		for _, m := range ms {
 			unix.Unmount(m.Target, unix.MNT_DETACH)
