@@ -535,52 +535,39 @@ func (h *harness) warmup(ctx context.Context) {
 }
 
 // optimize lays every published Slacker image out for start-up from the trace the
-// warm-up recorded, and publishes it again under the same reference.
+// warm-up recorded, and converts every eStargz image again from a recorded run of
+// its workload; each is published again under the same reference.
 func (h *harness) optimize(ctx context.Context) {
 	for _, s := range h.systems {
-		if sz, ok := s.(*rig.Stargz); ok {
-			h.optimizeStargz(ctx, sz)
+		var opt optimizer
+		switch x := s.(type) {
+		case *rig.Stargz:
+			opt = h.optimizeStargz(x)
+		case rig.SlackerSystem:
+			opt = func(ctx context.Context, _ int, w *workload.Workload, p *PublishSample) (time.Duration, string, error) {
+				lay, took, err := x.Optimize(ctx, h.imgs[w.Name], h.reg.Addr)
+				if err != nil {
+					return took, "", err
+				}
+				p.Layout = lay
+				return took, fmt.Sprintf("start-up reads %s, fetched in chunks of %s (was %s)",
+					corpus.HumanBytes(lay.ReadBytes), corpus.HumanBytes(lay.FetchAfter), corpus.HumanBytes(lay.FetchBefore)), nil
+			}
+		default:
 			continue
 		}
-		sl, ok := s.(rig.SlackerSystem)
-		if !ok {
-			continue
-		}
-		for _, w := range h.ws {
-			if ctx.Err() != nil {
-				return
-			}
-			if _, ok := h.refs[s.Name()][w.Name]; !ok {
-				continue
-			}
-			p := PublishSample{Workload: w.Name, System: s.Name(), Optimize: true}
-			start := time.Now()
-			far0 := h.linkBytesAway()
-			pctx, cancel := context.WithTimeout(ctx, pushTimeout)
-			lay, took, err := sl.Optimize(pctx, h.imgs[w.Name], h.reg.Addr)
-			cancel()
-			p.OK, p.Push, p.Total, p.LinkBytes, p.Layout = err == nil, took.Seconds(), time.Since(start).Seconds(), h.linkBytesAway()-far0, lay
-			if err != nil {
-				p.Failure = err.Error()
-				h.printf("%s: optimizing %s FAILED: %v", s.Name(), w.Name, err)
-			} else {
-				h.printf("%s: optimized %s in %.2fs: start-up reads %s, fetched in chunks of %s (was %s)", s.Name(), w.Name, p.Total,
-					corpus.HumanBytes(lay.ReadBytes), corpus.HumanBytes(lay.FetchAfter), corpus.HumanBytes(lay.FetchBefore))
-			}
-			h.res.Publish = append(h.res.Publish, p)
-		}
-		s.Close()
+		h.optimizeAll(ctx, s, opt)
 	}
 	h.save()
 }
 
-// optimizeStargz converts every published eStargz image again with the files a
-// recorded run of its workload read placed first, and pushes it under the same
-// reference: ctr-remote optimize. The run is the sample's (same command, input
-// and readiness), on the image's original layers; it ends when the workload is
-// ready. A run that is not ready is noted and its files used anyway, as
-// ctr-remote optimize does with what its analyzer saw.
-func (h *harness) optimizeStargz(ctx context.Context, s *rig.Stargz) {
+// optimizer publishes one image of w again, laid out for start-up, and says in p
+// what it did; it returns the push's time and a summary for the progress line.
+type optimizer func(ctx context.Context, seq int, w *workload.Workload, p *PublishSample) (push time.Duration, summary string, err error)
+
+// optimizeAll runs opt on every image s published, recording each as a publish
+// entry marked optimize, then closes s.
+func (h *harness) optimizeAll(ctx context.Context, s rig.System, opt optimizer) {
 	defer s.Close()
 	for i, w := range h.ws {
 		if ctx.Err() != nil {
@@ -593,23 +580,35 @@ func (h *harness) optimizeStargz(ctx context.Context, s *rig.Stargz) {
 		start := time.Now()
 		far0 := h.linkBytesAway()
 		pctx, cancel := context.WithTimeout(ctx, pushTimeout)
-		files, note, err := h.record(pctx, s, w, i)
-		var took time.Duration
-		if err == nil {
-			took, err = s.Optimize(pctx, h.imgs[w.Name], h.reg.Addr, files)
-		}
+		took, summary, err := opt(pctx, i, w, &p)
 		cancel()
 		p.OK, p.Push, p.Total, p.LinkBytes = err == nil, took.Seconds(), time.Since(start).Seconds(), h.linkBytesAway()-far0
-		p.RecordedFiles, p.RecordNote = len(files), note
 		if err != nil {
 			p.Failure = err.Error()
 			h.printf("%s: optimizing %s FAILED: %v", s.Name(), w.Name, err)
 		} else {
-			h.printf("%s: optimized %s in %.2fs: a recorded run read %d files%s", s.Name(), w.Name, p.Total, len(files), clipNote(note))
+			h.printf("%s: optimized %s in %.2fs: %s", s.Name(), w.Name, p.Total, summary)
 		}
 		h.res.Publish = append(h.res.Publish, p)
 	}
-	h.save()
+}
+
+// optimizeStargz converts a published eStargz image again with the files a
+// recorded run of its workload read placed first, and pushes it under the same
+// reference: ctr-remote optimize. The run is the sample's (same command, input
+// and readiness), on the image's original layers; it ends when the workload is
+// ready. A run that is not ready is noted and its files used anyway, as
+// ctr-remote optimize does with what its analyzer saw.
+func (h *harness) optimizeStargz(s *rig.Stargz) optimizer {
+	return func(ctx context.Context, seq int, w *workload.Workload, p *PublishSample) (time.Duration, string, error) {
+		files, note, err := h.record(ctx, s, w, seq)
+		p.RecordedFiles, p.RecordNote = len(files), note
+		if err != nil {
+			return 0, "", err
+		}
+		took, err := s.Optimize(ctx, h.imgs[w.Name], h.reg.Addr, files)
+		return took, fmt.Sprintf("a recorded run read %d files%s", len(files), clipNote(note)), err
+	}
 }
 
 func clipNote(note string) string {
