@@ -3,7 +3,6 @@ package rig_test
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,29 +17,6 @@ import (
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
-
-// stargzBinary is bin/slacker-stargz (scripts/setup.sh builds it; CI runs that
-// first), or, outside CI, one built here from bench/stargz.
-func stargzBinary(t *testing.T) string {
-	t.Helper()
-	root, err := filepath.Abs("../..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p := filepath.Join(root, "bin", "slacker-stargz"); fileExists(p) {
-		return p
-	}
-	if os.Getenv("SLACKER_CI") != "" {
-		t.Fatal("bin/slacker-stargz is missing: scripts/setup.sh builds it")
-	}
-	p := filepath.Join(t.TempDir(), "slacker-stargz")
-	cmd := exec.Command("go", "build", "-o", p, ".")
-	cmd.Dir = filepath.Join(root, "bench", "stargz")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build slacker-stargz: %v\n%s", err, out)
-	}
-	return p
-}
 
 // startRegistry starts a registry under dir, stopped at the end of the test.
 func startRegistry(t *testing.T, dir string) *services.Registry {
@@ -63,11 +39,6 @@ func waitEnd(t *testing.T, c *rig.Container, what string) {
 	}
 }
 
-func fileExists(p string) bool {
-	_, err := os.Stat(p)
-	return err == nil
-}
-
 // The stargz system end to end on the Debian image: publish as eStargz, record a
 // run on the original layers, convert again with the files it read first, then a
 // cold pull that mounts the layers lazily (FUSE, nothing applied) and a container
@@ -78,7 +49,7 @@ func TestStargz(t *testing.T) {
 	testutil.RequireFile(t, "/dev/fuse")
 	testutil.RequireTool(t, "containerd", "ctr", "runc", "skopeo", "docker-registry")
 	layout := testenv.DebianOCI(t)
-	bin := stargzBinary(t)
+	bin := testenv.StargzBinary(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	reg := startRegistry(t, dir)

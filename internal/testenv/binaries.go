@@ -66,6 +66,31 @@ func Binaries(t testing.TB) (slacker, slackerd string) {
 	return filepath.Join(buildDir, "slacker"), filepath.Join(buildDir, "slackerd")
 }
 
+// StargzBinary returns bin/slacker-stargz, which scripts/setup.sh builds from
+// bench/stargz (CI runs it first); outside CI a missing one is built for the test
+// process.
+func StargzBinary(t testing.TB) string {
+	t.Helper()
+	root, err := moduleRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(root, "bin", "slacker-stargz")
+	if _, err := os.Stat(p); err == nil {
+		return p
+	}
+	if os.Getenv("SLACKER_CI") != "" {
+		t.Fatal("bin/slacker-stargz is missing: scripts/setup.sh builds it")
+	}
+	p = filepath.Join(t.TempDir(), "slacker-stargz")
+	cmd := exec.Command("go", "build", "-o", p, ".")
+	cmd.Dir = filepath.Join(root, "bench", "stargz")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build slacker-stargz: %v\n%s", err, out)
+	}
+	return p
+}
+
 // Process is a slackerd running as a child process.
 type Process struct {
 	Root, Socket, Store string

@@ -40,7 +40,8 @@ timeout_s = 60
 // workload to the same output and that nothing the run started is left: mounts,
 // loop devices, network namespaces, processes. On loopback it runs both cycles;
 // behind an emulated 1 Gbit/s link (registry and Slacker's chunks across it), the
-// deployment cycle.
+// deployment cycle, with Slacker through containerd and stargz beside, every image
+// optimized (stargz's from a recorded run).
 func TestSmoke(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireTool(t, "apt-get", "dpkg-deb", "umoci", "docker-registry", "containerd", "ctr", "runc", "skopeo", "ip")
@@ -64,17 +65,17 @@ func TestSmoke(t *testing.T) {
 		systems  []string
 	}{
 		{"loopback", []string{harness.Deployment, harness.Development}, false, []string{"overlayfs", "slacker"}},
-		{"1gbit", []string{harness.Deployment}, true, []string{"overlayfs", "slacker", "slacker-containerd"}},
+		{"1gbit", []string{harness.Deployment}, true, []string{"overlayfs", "slacker", "slacker-containerd", "stargz"}},
 	} {
 		t.Run(tc.profile, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 6*time.Minute)
 			defer cancel()
 			dir, out := filepath.Join(tmp, "w-"+tc.profile), filepath.Join(tmp, "out-"+tc.profile)
 			t.Cleanup(func() { leftBehind(t, dir) })
 			var progress bytes.Buffer
 			res, err := harness.Run(ctx, harness.Options{
 				WorkloadsFile: wl, Systems: tc.systems, Profile: tc.profile, Runs: 1, Cycles: tc.cycles,
-				Dir: dir, CorpusDir: corpusDir, Slacker: slacker, Slackerd: slackerd,
+				Dir: dir, CorpusDir: corpusDir, Slacker: slacker, Slackerd: slackerd, Stargz: testenv.StargzBinary(t),
 				Results: filepath.Join(out, "results.json"), Seed: 7, Progress: &progress,
 				Warmup: tc.optimize, Optimize: tc.optimize,
 			})
@@ -127,7 +128,9 @@ func TestSmoke(t *testing.T) {
 				switch {
 				case !p.OK:
 					t.Errorf("publish %+v failed", p)
-				case p.Optimize && (p.System == "overlayfs" || p.Layout == nil || p.Layout.ReadBytes <= 0 || p.Layout.FetchAfter > p.Layout.FetchBefore):
+				case p.Optimize && p.System == "stargz" && (p.RecordedFiles == 0 || p.RecordNote != ""):
+					t.Errorf("stargz optimize: a recorded run that read %d files, note %q", p.RecordedFiles, p.RecordNote)
+				case p.Optimize && p.System != "stargz" && (p.System == "overlayfs" || p.Layout == nil || p.Layout.ReadBytes <= 0 || p.Layout.FetchAfter > p.Layout.FetchBefore):
 					t.Errorf("optimize: %+v, layout %+v", p, p.Layout)
 				case p.Optimize:
 					optimized++
