@@ -119,9 +119,12 @@ func (s *Stargz) publish(ctx context.Context, img Image, registryAddr string, fi
 	if err != nil {
 		return "", 0, err
 	}
-	// What a container's /run holds comes from the original image (the same files).
-	if err := s.c.learn(ref, img); err != nil {
-		return "", 0, err
+	// What a container's /run holds comes from the original image (the same files),
+	// read once: Optimize publishes the same image again.
+	if _, known := s.c.runs[ref]; !known {
+		if err := s.c.learn(ref, img); err != nil {
+			return "", 0, err
+		}
 	}
 	s.layouts[img.Name] = out
 	return ref, r.Took, nil
