@@ -82,6 +82,7 @@ func command() *cobra.Command {
 				cfg.DirectIO = &directIO
 			}
 			set("local-images", &cfg.LocalImages, flags.LocalImages)
+			set("local-image-format", &cfg.LocalImageFormat, flags.LocalImageFormat)
 			set("image-root-linger", &cfg.ImageRootLinger, flags.ImageRootLinger)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
 			if f.Changed("graphdriver-shared-store") {
@@ -108,7 +109,8 @@ func command() *cobra.Command {
 	f.StringVar(&flags.GC.SnapshotHold, "snapshot-hold", "", "the node's lease keeps each snapshot it writes this long (default 1h)")
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
-	f.StringVar(&flags.LocalImages, "local-images", "", "disk for local images, whole copies of images whose chunks are all on the node that the kernel reads by FUSE passthrough (default 16GiB; \"off\")")
+	f.StringVar(&flags.LocalImages, "local-images", "", "disk for local images, whole copies of images whose chunks are all on the node that the kernel reads without slackerd (default 16GiB; \"off\")")
+	f.StringVar(&flags.LocalImageFormat, "local-image-format", "", "erofs (mounted from the file) or ext4 (read through FUSE passthrough); default: erofs where this machine can")
 	f.StringVar(&flags.ImageRootLinger, "image-root-linger", "", "keep an image's read-only root mounted this long after its last container, its page cache kept for the next (default 5m; \"off\")")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
@@ -153,8 +155,9 @@ func run(cfg config.Daemon) error {
 		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes, CacheNoDisk: noDisk,
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, StartupWindow: r.StartupWindow, Logger: log,
 		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
-		ImageRootLinger: r.ImageRootLinger,
-		Fetch:           fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
+		LocalImageFormat: node.LocalImageFormat(r.LocalImageFormat),
+		ImageRootLinger:  r.ImageRootLinger,
+		Fetch:            fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
 				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},

@@ -118,6 +118,23 @@ func TestLocalImages(t *testing.T) {
 	}
 }
 
+func TestLocalImageFormat(t *testing.T) {
+	for _, value := range []string{"", "erofs", "ext4", "squashfs"} {
+		d := Defaults()
+		d.Root, d.LocalImageFormat = t.TempDir(), value
+		r, err := d.Resolve()
+		if value == "squashfs" {
+			if err == nil || !strings.Contains(err.Error(), "local_image_format") {
+				t.Errorf("%q: err %v, want one naming local_image_format", value, err)
+			}
+			continue
+		}
+		if err != nil || r.LocalImageFormat != value {
+			t.Errorf("%q: %q, err %v", value, r.LocalImageFormat, err)
+		}
+	}
+}
+
 func TestImageRootLinger(t *testing.T) {
 	for value, want := range map[string]time.Duration{"": DefaultImageRootLinger, "off": 0, "30s": 30 * time.Second, "0s": -1, "-1m": -1, "soon": -1} {
 		d := Defaults()

@@ -26,6 +26,7 @@ const (
 	KindDocker         = "docker"          // a volume of the Docker graph driver
 	KindImageRoot      = "image-root"      // the read-only mount of an image, under its containers' shared roots
 	KindCommit         = "commit"          // a clone a shared root's changes are applied onto, to commit them
+	KindLocalImage     = "local-image"     // a read-only clone of an image that its local image is copied from
 )
 
 // Image labels (the image configuration's Labels, as a Dockerfile's LABEL sets

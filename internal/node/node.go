@@ -51,9 +51,13 @@ type Config struct {
 	RootMode RootMode
 	// LocalImageBytes bounds the disk of the node's local images (localimage.go):
 	// whole copies of snapshots whose chunks are all on the node, which image roots
-	// are read through by FUSE passthrough. 0: none; the image roots are then all
-	// read through this process.
+	// are read through by the kernel. 0: none; the image roots are then all read
+	// through this process.
 	LocalImageBytes int64
+	// LocalImageFormat is how local images are kept: LocalErofs (mounted from
+	// the file, no loop device, no FUSE) or LocalExt4 (the snapshot's bytes, read
+	// through FUSE passthrough). Empty: erofs where this machine can, else ext4.
+	LocalImageFormat LocalImageFormat
 	// ImageRootLinger is how long an image root no container uses stays mounted,
 	// its page cache kept for the image's next container (0: it goes with its last
 	// container). It goes sooner when its local image is written, or on DropCaches.
@@ -210,7 +214,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.prefetch = prefetch.New(n.cache, popts)
 	if cfg.LocalImageBytes > 0 {
-		if n.local, err = newLocalImages(filepath.Join(root, "images"), cfg.LocalImageBytes); err != nil {
+		if n.local, err = newLocalImages(ctx, filepath.Join(root, "images"), cfg.LocalImageBytes, cfg.LocalImageFormat, log); err != nil {
 			return nil, fmt.Errorf("open node: %w", err)
 		}
 	}
@@ -357,12 +361,14 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 		shared = later
 	}
 	// An image root no shared root uses (a crash came between the last one's
-	// delete and the root's) goes.
+	// delete and the root's) goes, and so does a clone a local image was being
+	// copied from (local images do not outlive the slackerd that made them).
 	for id, x := range n.vols {
-		if x.rec.Labels[labels.Kind] != labels.KindImageRoot {
+		kind := x.rec.Labels[labels.Kind]
+		if kind != labels.KindImageRoot && kind != labels.KindLocalImage {
 			continue
 		}
-		if ir := n.images[x.v.Meta().Base]; ir == nil || ir.users == 0 {
+		if ir := n.images[x.v.Meta().Base]; kind == labels.KindLocalImage || ir == nil || ir.users == 0 {
 			if err := n.DeleteVolume(ctx, id); err != nil {
 				n.log.Warn("volume-delete-failed", "volume", id, "err", err)
 			}
@@ -612,9 +618,15 @@ func (n *Node) Volume(id string) (VolumeInfo, error) {
 	return info, nil
 }
 
-// markIdle sets info.Idle when info is an image root no shared root stands on.
+// markIdle sets info.Idle when info is an image root no shared root stands on,
+// or the clone a local image is being copied from (no container's either).
 func (n *Node) markIdle(info *VolumeInfo) {
-	if info.Labels[labels.Kind] != labels.KindImageRoot {
+	switch info.Labels[labels.Kind] {
+	case labels.KindLocalImage:
+		info.Idle = true
+		return
+	case labels.KindImageRoot:
+	default:
 		return
 	}
 	n.mu.Lock()
@@ -1035,6 +1047,17 @@ func (n *Node) Close(ctx context.Context) error {
 		x.gone = true
 		x.mu.Unlock()
 	}
+	// Image roots mounted from local erofs images are no volumes: unmounted
+	// here, once the shared roots over them are.
+	n.imagesMu.Lock()
+	for s, ir := range n.images {
+		ir.mu.Lock()
+		if ir.erofs != "" {
+			n.unmountImageLocked(ctx, s, ir, "closing")
+		}
+		ir.mu.Unlock()
+	}
+	n.imagesMu.Unlock()
 	n.local.close() // after the image roots it backs are unmounted
 	if n.cache != nil {
 		n.cache.Close()

@@ -18,13 +18,18 @@ import (
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
+// testLogger is the node's log in tests: to stderr with SLACKER_TEST_LOG set, else
+// none.
+func testLogger() *slog.Logger {
+	if os.Getenv("SLACKER_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return nil
+}
+
 func openNode(t *testing.T, root string, st *local.Store) *Node {
 	t.Helper()
-	var log *slog.Logger
-	if os.Getenv("SLACKER_TEST_LOG") != "" {
-		log = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	}
-	n, err := Open(context.Background(), Config{Root: root, Store: st, CacheBytes: 256 << 20, DefaultSize: 1 << 30, Logger: log})
+	n, err := Open(context.Background(), Config{Root: root, Store: st, CacheBytes: 256 << 20, DefaultSize: 1 << 30, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -50,10 +50,13 @@ func ParseRootMode(s string) (RootMode, error) {
 // imageRoot is the node's read-only mount of one image snapshot, shared by the
 // container roots (RootShared) made from it.
 type imageRoot struct {
-	mu    sync.Mutex // serializes making and releasing the mount
-	x     *vol       // the read-only clone, mounted; nil when there is none
+	mu sync.Mutex // serializes making and releasing the mount
+	x  *vol       // the read-only clone, mounted; nil when there is none
+	// erofs, with no x, is the mountpoint of the snapshot's local image in
+	// LocalErofs: the kernel reads it from the file, no volume in between.
+	erofs string
 	users int
-	local bool // x is read through the snapshot's local image (one use of it)
+	local bool // the root is read through the snapshot's local image (one use of it)
 	// While no container uses x, it lingers (Config.ImageRootLinger), its page
 	// cache kept for the image's next container: linger ends it, settle starts
 	// the image's local image once the root has been idle a while. idle counts
@@ -148,9 +151,19 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	if ir.users == 0 {
 		n.wakeLocked(ir) // a lingering root serves its next container, page cache and all
 	}
-	if ir.x == nil {
+	if !ir.mountedLocked() {
 		id := imageRootID(snapshot)
 		backing := n.local.acquire(snapshot) // all of it on the node: the kernel reads it there
+		if backing != nil && formatOf(backing) == LocalErofs {
+			mounted := n.mountErofsLocked(snapshot, ir, backing)
+			backing.Close() // the mount holds the file
+			if mounted {
+				ir.users++
+				return ir, nil
+			}
+			n.local.release(snapshot)
+			backing = nil
+		}
 		local := backing != nil
 		_, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: snapshot, Mode: RootBlock,
 			Labels: map[string]string{labels.Kind: labels.KindImageRoot}, backing: backing})
@@ -205,7 +218,7 @@ func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *ima
 	ir.mu.Lock()
 	defer ir.mu.Unlock()
 	ir.users--
-	if ir.users > 0 || ir.x == nil {
+	if ir.users > 0 || !ir.mountedLocked() {
 		return
 	}
 	if n.cfg.ImageRootLinger <= 0 || n.closing.Load() {
@@ -216,7 +229,9 @@ func (n *Node) releaseImage(ctx context.Context, snapshot digest.Digest, ir *ima
 	// The start the root recorded is over: its trace is written now, as a block
 	// clone's is when it goes, and not lost if slackerd stops before the window
 	// closes (a lingering root is unmounted at Close without writing it).
-	ir.x.r.EndStartup()
+	if ir.x != nil {
+		ir.x.r.EndStartup()
+	}
 	ir.idle++
 	spell := ir.idle
 	ir.linger = time.AfterFunc(n.cfg.ImageRootLinger, func() { n.expireImage(snapshot, ir, spell, "idle") })
@@ -253,7 +268,7 @@ func (n *Node) wakeLocked(ir *imageRoot) {
 func (n *Node) expireImage(snapshot digest.Digest, ir *imageRoot, spell uint64, why string) {
 	ir.mu.Lock()
 	defer ir.mu.Unlock()
-	if ir.idle != spell || ir.users > 0 || ir.x == nil || n.closing.Load() {
+	if ir.idle != spell || ir.users > 0 || !ir.mountedLocked() || n.closing.Load() {
 		return
 	}
 	n.wakeLocked(ir)
@@ -271,7 +286,7 @@ func (n *Node) unmountIdleImages(ctx context.Context) {
 	n.imagesMu.Unlock()
 	for s, ir := range irs {
 		ir.mu.Lock()
-		if ir.users == 0 && ir.x != nil {
+		if ir.users == 0 && ir.mountedLocked() {
 			n.wakeLocked(ir)
 			n.unmountImageLocked(ctx, s, ir, "caches-dropped")
 		}
@@ -282,6 +297,21 @@ func (n *Node) unmountIdleImages(ctx context.Context) {
 // unmountImageLocked unmounts the image root and deletes its volume (a clone
 // never written: nothing is lost). ir.mu is held.
 func (n *Node) unmountImageLocked(ctx context.Context, snapshot digest.Digest, ir *imageRoot, why string) {
+	if ir.erofs != "" {
+		mnt := ir.erofs
+		ir.erofs = ""
+		if lazy, err := mount.Unmount(mnt, 2*time.Second); err != nil {
+			n.log.Error("image-root-release-failed", "snapshot", snapshot, "mountpoint", mnt, "err", err)
+			return
+		} else if lazy {
+			n.log.Warn("image-root-unmounted-lazily", "snapshot", snapshot, "mountpoint", mnt)
+		}
+		os.Remove(mnt)
+		n.local.release(snapshot)
+		ir.local = false
+		n.log.Info("image-root-released", "snapshot", snapshot, "mountpoint", mnt, "why", why)
+		return
+	}
 	id := ir.x.rec.ID
 	ir.x = nil
 	if err := n.DeleteVolume(ctx, id); err != nil {
@@ -411,10 +441,32 @@ func (n *Node) mountSharedLocked(x *vol, readOnly bool) error {
 	return nil
 }
 
+// mountedLocked reports whether the image root is mounted. ir.mu is held.
+func (ir *imageRoot) mountedLocked() bool { return ir.x != nil || ir.erofs != "" }
+
+// mountErofsLocked mounts f, the local image of snapshot in LocalErofs, as ir,
+// and reports whether it did. A mount that fails is logged; the caller then makes
+// the root as a volume read through this process. ir.mu is held.
+func (n *Node) mountErofsLocked(snapshot digest.Digest, ir *imageRoot, f *os.File) bool {
+	mnt := filepath.Join(n.cfg.Root, "mnt", imageRootID(snapshot))
+	if err := mount.MountErofs(f.Name(), mnt); err != nil {
+		n.log.Warn("image-root-local-image-failed", "snapshot", snapshot, "err", err,
+			"action", "reading the image through slackerd")
+		return false
+	}
+	ir.erofs, ir.local = mnt, true
+	n.log.Info("image-root-mounted", "snapshot", snapshot, "mountpoint", mnt, "local_image", true,
+		"format", LocalErofs)
+	return true
+}
+
 // lower returns the mountpoint of the image root, "" if it has none.
 func (ir *imageRoot) lower() string {
 	ir.mu.Lock()
 	defer ir.mu.Unlock()
+	if ir.erofs != "" {
+		return ir.erofs
+	}
 	if ir.x == nil {
 		return ""
 	}

@@ -416,8 +416,29 @@ func TestSharedRootParent(t *testing.T) {
 func TestLocalImage(t *testing.T) {
 	requirePrivileged(t)
 	testutil.RequireOverlay(t)
-	for _, off := range []bool{false, true} {
-		t.Run(map[bool]string{false: "on", true: "off"}[off], func(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		format LocalImageFormat
+		off    bool
+		// mkfsFails makes mkfs.erofs fail: the image is written in ext4 instead.
+		mkfsFails bool
+		lower     string // the filesystem type of the second root's image
+	}{
+		{name: "erofs", format: LocalErofs, lower: "erofs"},
+		{name: "ext4", format: LocalExt4, lower: "ext4"},
+		{name: "erofs-fails", format: LocalErofs, mkfsFails: true, lower: "ext4"},
+		{name: "off", off: true, lower: "ext4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			off := tc.off
+			if tc.format == LocalErofs {
+				testutil.RequireErofs(t)
+			}
+			if tc.mkfsFails {
+				saved := mkfsErofs
+				mkfsErofs = func(context.Context, string, string) error { return errors.New("mkfs.erofs: refused") }
+				t.Cleanup(func() { mkfsErofs = saved })
+			}
 			ctx := context.Background()
 			dir := t.TempDir()
 			st, err := local.Open(filepath.Join(dir, "store"))
@@ -429,13 +450,13 @@ func TestLocalImage(t *testing.T) {
 			t.Cleanup(func() { localImageSettle = settle })
 			n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
 				DefaultSize: 1 << 30, LocalImageBytes: map[bool]int64{false: 1 << 30, true: 0}[off],
-				ImageRootLinger: map[bool]time.Duration{false: time.Hour, true: 0}[off]})
+				LocalImageFormat: tc.format, ImageRootLinger: map[bool]time.Duration{false: time.Hour, true: 0}[off]})
 			if err != nil {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { n.Close(ctx) })
 			img, big := sharedImage(t, n)
-			run := func(id string) VolumeStats {
+			run := func(id string) (VolumeStats, string) {
 				t.Helper()
 				if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img, Mode: RootShared}); err != nil {
 					t.Fatal(err)
@@ -454,13 +475,15 @@ func TestLocalImage(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
+				lower := fsType(t, info.Lowers[len(info.Lowers)-1])
 				if err := n.DeleteVolume(ctx, id); err != nil {
 					t.Fatal(err)
 				}
-				return info.Stats
+				return info.Stats, lower
 			}
-			if st := run("first"); st.BaseReadBytes < int64(len(big)) {
-				t.Fatalf("the first root read %d bytes of its image through slackerd, want the file's %d", st.BaseReadBytes, len(big))
+			if st, lower := run("first"); st.BaseReadBytes < int64(len(big)) || lower != "ext4" {
+				t.Fatalf("the first root read %d bytes of its image through slackerd (want the file's %d), from %s (want ext4)",
+					st.BaseReadBytes, len(big), lower)
 			}
 			// The image's chunks are all in the local store: its local image is written.
 			// Count is the file, there once renamed; Writing ends a moment later.
@@ -482,9 +505,16 @@ func TestLocalImage(t *testing.T) {
 					t.Fatal("the idle image root is still mounted after its local image was written")
 				}
 			}
-			second := run("second")
+			// The clone an erofs image was copied from is gone with the write.
+			if _, err := n.Volume(localImageVolumeID(img)); !errors.Is(err, errdefs.ErrNotFound) {
+				t.Fatalf("the clone of the local image's copy: %v; want it gone", err)
+			}
+			second, lower := run("second")
 			if !off && second.BaseReadBytes != 0 {
-				t.Fatalf("the second root read %d bytes through slackerd; want none (its local image, by passthrough)", second.BaseReadBytes)
+				t.Fatalf("the second root read %d bytes through slackerd; want none (its local image, read by the kernel)", second.BaseReadBytes)
+			}
+			if lower != tc.lower {
+				t.Fatalf("the second root's image is %s; want %s", lower, tc.lower)
 			}
 			if off && (second.BaseReadBytes == 0 || n.Stats().LocalImages.Count != 0) {
 				t.Fatalf("local images off: %d bytes read through slackerd, local images %+v", second.BaseReadBytes, n.Stats().LocalImages)
@@ -500,75 +530,273 @@ func TestLocalImage(t *testing.T) {
 	}
 }
 
-// dropCaches empties the page cache, so that reads reach the image root's device.
-func dropCaches() error {
-	unix.Sync()
-	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
+// fsType returns the type of the filesystem mounted at target.
+func fsType(t *testing.T, target string) string {
+	t.Helper()
+	ms, err := mount.Mounts(target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Target == target {
+			return m.FSType
+		}
+	}
+	t.Fatalf("nothing mounted at %s", target)
+	return ""
 }
 
-// TestLocalImageCorruptChunk: a chunk damaged in the local store after the image
-// was read is caught when the local image is written, and no local image is left:
-// the kernel never serves bytes that did not pass their digest.
-func TestLocalImageCorruptChunk(t *testing.T) {
+// TestErofsLocalImageTree: an image's local image in erofs holds the image's
+// tree as the image root reads it through slackerd: contents (a sparse file
+// among them), owners, modes with their special bits, times to the nanosecond,
+// xattrs of every namespace, hard links, symlinks, fifos and devices.
+func TestErofsLocalImageTree(t *testing.T) {
 	requirePrivileged(t)
 	testutil.RequireOverlay(t)
+	testutil.RequireErofs(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := local.Open(filepath.Join(dir, "store"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	settle := localImageSettle
+	localImageSettle = 50 * time.Millisecond
+	t.Cleanup(func() { localImageSettle = settle })
 	n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
-		DefaultSize: 1 << 30, LocalImageBytes: 1 << 30})
+		DefaultSize: 1 << 30, LocalImageBytes: 1 << 30, LocalImageFormat: LocalErofs, ImageRootLinger: time.Hour,
+		Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { n.Close(ctx) })
-	img, big := sharedImage(t, n)
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: RootShared}); err != nil {
+	img := richImage(t, n)
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "first", Snapshot: img, Mode: RootShared}); err != nil {
 		t.Fatal(err)
 	}
-	v, err := n.MountVolume(ctx, "c", false)
-	if err != nil {
+	if _, err := n.MountVolume(ctx, "first", false); err != nil {
 		t.Fatal(err)
 	}
-	if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
-		t.Fatalf("the big file: %v", err)
-	}
-	m, err := n.Map(ctx, img)
-	if err != nil {
+	if err := n.DeleteVolume(ctx, "first"); err != nil {
 		t.Fatal(err)
 	}
-	// Flip a byte in the middle of the largest chunk's object file.
-	largest := m.Chunks[0]
-	for _, c := range m.Chunks {
-		if c.Size > largest.Size {
-			largest = c
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if li := n.Stats().LocalImages; li.Count == 1 && li.Writing == 0 {
+			break
 		}
-	}
-	f, err := os.OpenFile(st.ObjectFile(largest.Digest), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := []byte{0}
-	if _, err := f.ReadAt(b, largest.Size/2); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0xff
-	if _, err := f.WriteAt(b, largest.Size/2); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	if err := n.DeleteVolume(ctx, "c"); err != nil { // the image's last root: a local image is tried
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(20 * time.Second); n.Stats().LocalImages.Writing != 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
-			t.Fatal("the local image is still being written")
+			t.Fatalf("no local image written: %+v", n.Stats().LocalImages)
 		}
 	}
-	if li := n.Stats().LocalImages; li.Count != 0 {
-		t.Fatalf("local images %+v after a corrupt chunk; want none", li)
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "second", Snapshot: img, Mode: RootShared}); err != nil {
+		t.Fatal(err)
+	}
+	second, err := n.MountVolume(ctx, "second", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lower := second.Lowers[len(second.Lowers)-1]
+	if got := fsType(t, lower); got != "erofs" {
+		t.Fatalf("the second root stands on %s; want the local image in erofs", got)
+	}
+	// The image as a block clone reads it, through slackerd.
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "check", Snapshot: img, Mode: RootBlock}); err != nil {
+		t.Fatal(err)
+	}
+	check, err := n.MountVolume(ctx, "check", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// mkfs.erofs leaves out the ext4's lost+found: a container on a local image
+	// does not see it, as none does on overlayfs.
+	opts := fstree.Options{Mtimes: true, DirMtimes: true, Xattrs: []string{"user.", "trusted.", "security."},
+		Ignore: []string{"lost+found"}, LabelA: "erofs", LabelB: "ext4"}
+	diffs, err := fstree.Compare(ctx, lower, check.Mountpoint, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A container's view of it: the overlay hides its trusted.overlay xattrs,
+	// the whiteout and its own root's times, whatever the image root is.
+	view := fstree.Options{Mtimes: true, DirMtimes: true, IgnoreRoot: true, Xattrs: []string{"user.", "security."},
+		Ignore: []string{"lost+found", "whiteout-like"}, LabelA: "container", LabelB: "ext4"}
+	more, err := fstree.Compare(ctx, second.Mountpoint, check.Mountpoint, view)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range append(diffs, more...) {
+		t.Error(d)
+	}
+	tree, err := fstree.Walk(ctx, lower, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tree.Paths()) < 12 {
+		t.Fatalf("the local image holds %d paths: %v", len(tree.Paths()), tree.Paths())
+	}
+	for _, id := range []string{"check", "second"} {
+		if err := n.DeleteVolume(ctx, id); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// richImage makes an image snapshot on n holding one of each kind of file and
+// metadata an image carries.
+func richImage(t *testing.T, n *Node) digest.Digest {
+	t.Helper()
+	ctx := context.Background()
+	blank, err := n.MakeFilesystem(ctx, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "build", Snapshot: blank.ID}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, "build", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(p string) string { return filepath.Join(v.Mountpoint, p) }
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	data := make([]byte, 3<<20+123)
+	rand.Read(data)
+	must(os.MkdirAll(at("usr/bin"), 0o755))
+	must(os.MkdirAll(at("empty/deeper"), 0o700))
+	must(os.MkdirAll(at("tmp"), 0o1777))
+	must(os.Chmod(at("tmp"), 0o1777))
+	must(os.WriteFile(at("usr/bin/tool"), data, 0o755))
+	must(os.Chmod(at("usr/bin/tool"), 0o4755)) // setuid
+	must(os.Link(at("usr/bin/tool"), at("usr/bin/tool-alias")))
+	must(os.Symlink("tool", at("usr/bin/link")))
+	must(os.Symlink("/nowhere/at/all", at("dangling")))
+	must(os.WriteFile(at("empty-file"), nil, 0o600))
+	sparse, err := os.Create(at("sparse"))
+	must(err)
+	_, err = sparse.WriteAt([]byte("middle"), 5<<20)
+	must(err)
+	must(sparse.Truncate(9 << 20))
+	must(sparse.Close())
+	must(unix.Mkfifo(at("fifo"), 0o640))
+	must(unix.Mknod(at("null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
+	must(unix.Mknod(at("whiteout-like"), unix.S_IFCHR|0o000, 0))
+	must(os.WriteFile(at("owned"), []byte("x"), 0o640))
+	must(os.Lchown(at("owned"), 1234, 5678))
+	must(os.Lchown(at("dangling"), 42, 43))
+	must(unix.Setxattr(at("owned"), "user.comment", []byte("hello"), 0))
+	must(unix.Setxattr(at("empty"), "trusted.overlay.opaque", []byte("y"), 0))
+	// cap_net_raw+ep in the kernel's vfs_cap_data, revision 2.
+	capData := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	capData[0] = 1 // VFS_CAP_FLAGS_EFFECTIVE
+	must(unix.Setxattr(at("usr/bin/tool"), "security.capability", capData, 0))
+	long := strings.Repeat("n", 254) // erofs-utils 1.5 refuses 255 (the image is then written in ext4)
+	must(os.WriteFile(at(long), []byte("long name"), 0o644))
+	for i, p := range []string{"usr/bin/tool", "owned", "empty", "sparse", long} {
+		ts := time.Date(2001, 2, 3, 4, 5, 6, 123456789+i, time.UTC)
+		must(os.Chtimes(at(p), ts, ts))
+	}
+	must(n.UnmountVolume(ctx, "build"))
+	img, err := n.SnapshotVolume(ctx, "build", SnapshotOptions{})
+	must(err)
+	must(n.DeleteVolume(ctx, "build"))
+	return img.ID
+}
+
+// dropCaches empties the page cache, so that reads reach the image root's device.
+func dropCaches() error {
+	unix.Sync()
+	return os.WriteFile("/proc/sys/vm/drop_caches", []byte("3"), 0o200)
+}
+
+// TestLocalImageCorruptChunk: a chunk of a file damaged in the local store after
+// the image was read is caught when the local image is written, in either format,
+// and no local image is left: the kernel never serves bytes that did not pass
+// their digest.
+func TestLocalImageCorruptChunk(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	for _, format := range []LocalImageFormat{LocalErofs, LocalExt4} {
+		t.Run(string(format), func(t *testing.T) {
+			if format == LocalErofs {
+				testutil.RequireErofs(t)
+			}
+			ctx := context.Background()
+			dir := t.TempDir()
+			st, err := local.Open(filepath.Join(dir, "store"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
+				DefaultSize: 1 << 30, LocalImageBytes: 1 << 30, LocalImageFormat: format, Logger: testLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.Close(ctx) })
+			img, big := sharedImage(t, n)
+			if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: RootShared}); err != nil {
+				t.Fatal(err)
+			}
+			v, err := n.MountVolume(ctx, "c", false)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+				t.Fatalf("the big file: %v", err)
+			}
+			m, err := n.Map(ctx, img)
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Flip a byte in the middle of a chunk of the big file, in its object file.
+			var path string
+			var off int64
+			for _, c := range m.Chunks {
+				obj, err := os.ReadFile(st.ObjectFile(c.Digest))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if mid := c.Size / 2; c.Size >= 64<<10 && bytes.Contains(big, obj[mid-32:mid+32]) {
+					path, off = st.ObjectFile(c.Digest), mid
+					break
+				}
+			}
+			if path == "" {
+				t.Fatal("no chunk of the big file in the map")
+			}
+			f, err := os.OpenFile(path, os.O_RDWR, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			b := []byte{0}
+			if _, err := f.ReadAt(b, off); err != nil {
+				t.Fatal(err)
+			}
+			b[0] ^= 0xff
+			if _, err := f.WriteAt(b, off); err != nil {
+				t.Fatal(err)
+			}
+			f.Close()
+			if err := n.DeleteVolume(ctx, "c"); err != nil { // the image's last root: a local image is tried
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(20 * time.Second); n.Stats().LocalImages.Writing != 0; time.Sleep(20 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the local image is still being written")
+				}
+			}
+			if li := n.Stats().LocalImages; li.Count != 0 {
+				t.Fatalf("local images %+v after a corrupt chunk; want none", li)
+			}
+			// erofs copies the tree through the image's ext4, read by the block:
+			// the block's checksum caught it (ext4 reads the chunk whole).
+			if c := n.Stats().Cache; format == LocalErofs && c.SumMismatches == 0 {
+				t.Fatalf("cache %+v: the damaged block was not caught by its checksum", c)
+			}
+		})
 	}
 }
 
