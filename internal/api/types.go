@@ -156,6 +156,9 @@ type CacheStats struct {
 	PartialBytes  int64 `json:"partial_bytes"`
 	SumMismatches int64 `json:"sum_mismatches"`
 	SumChunks     int   `json:"sum_chunks"` // chunks whose block checksums are kept
+	// StoreSums counts chunks whose block checksums came from the local store
+	// (kept with its files), not from a whole read of the chunk.
+	StoreSums int64 `json:"store_sums"`
 }
 
 // FetchStats are the node fetcher's counters.

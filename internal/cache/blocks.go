@@ -10,11 +10,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // sumBlock is the unit of the block checksums: the block of the filesystems the
-// cache serves (ext4 over a loop device reads 4 KiB blocks).
+// cache serves (ext4 over a loop device reads 4 KiB blocks), which is the
+// store's.
 const sumBlock = blockmap.BlockSize
+
+var _ [sumBlock - store.SumBlock]struct{} // the two are one size
+var _ [store.SumBlock - sumBlock]struct{}
 
 // DefaultSumChunks is how many chunks' block checksums a cache keeps unless told:
 // 4 GiB of 256 KiB chunks, in about 11 MiB of memory (see Options.SumChunks).
@@ -39,10 +44,21 @@ type ObjectFiles interface {
 	ObjectFile(d digest.Digest) string
 }
 
+// ObjectSums is an optional ability of a store with ObjectFiles (package
+// store/local has it): block checksums it keeps with an object's file, taken from
+// bytes that had just matched the object's digest. With them, the first read of a
+// chunk in a local store reads only the blocks it needs, as later ones do, instead
+// of loading the chunk whole to verify it.
+type ObjectSums interface {
+	ObjectSums(d digest.Digest) (store.BlockSums, bool)
+}
+
 // sumEntry holds the checksums of the 4 KiB blocks of one chunk, taken when the
-// chunk was verified whole against its digest. sums is never modified.
+// chunk was verified whole against its digest (by this cache, seeded with its
+// seed, or by the local store, with a seed of its own). sums is never modified.
 type sumEntry struct {
 	size int64
+	seed uint64
 	sums []uint64
 	item *lruItem // in Cache.sumLRU, size 1
 	// object is the local store's file of the chunk, once looked up (with no disk
@@ -56,15 +72,12 @@ func (c *Cache) blockSums(data []byte) []uint64 {
 	if c.sumN <= 0 {
 		return nil
 	}
-	sums := make([]uint64, 0, (len(data)+sumBlock-1)/sumBlock)
-	for off := 0; off < len(data); off += sumBlock {
-		sums = append(sums, xxh3.HashSeed(data[off:min(off+sumBlock, len(data))], c.seed))
-	}
-	return sums
+	return store.SumBlocks(data, c.seed)
 }
 
-// setSumsLocked keeps the block checksums of a chunk just verified whole.
-func (c *Cache) setSumsLocked(key string, size int64, sums []uint64) {
+// setSumsLocked keeps the block checksums of a chunk just verified whole, taken
+// with seed.
+func (c *Cache) setSumsLocked(key string, size int64, seed uint64, sums []uint64) {
 	if sums == nil {
 		return
 	}
@@ -74,7 +87,7 @@ func (c *Cache) setSumsLocked(key string, size int64, sums []uint64) {
 		return
 	}
 	it := &lruItem{key: key, size: 1}
-	c.sums[key] = &sumEntry{size: size, sums: sums, item: it}
+	c.sums[key] = &sumEntry{size: size, seed: seed, sums: sums, item: it}
 	c.sumLRU.pushFront(it)
 	for c.sumLRU.bytes > int64(c.sumN) {
 		c.dropSumsLocked(c.sumLRU.back().key)
@@ -101,6 +114,17 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	key := ch.Digest.String()
 	c.mu.Lock()
 	s, ok := c.sums[key]
+	if !ok && c.storeSums != nil {
+		c.mu.Unlock()
+		if bs, found := c.storeSums.ObjectSums(ch.Digest); found && bs.Size == ch.Size {
+			c.mu.Lock()
+			c.setSumsLocked(key, bs.Size, bs.Seed, bs.Sums)
+			c.storeSumHits.Add(1)
+		} else {
+			c.mu.Lock()
+		}
+		s, ok = c.sums[key]
+	}
 	if !ok || s.size != ch.Size {
 		c.mu.Unlock()
 		return false
@@ -121,7 +145,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	}
 	c.sumLRU.remove(s.item)
 	c.sumLRU.pushFront(s.item)
-	sums := s.sums
+	sums, seed := s.sums, s.seed
 	c.mu.Unlock()
 
 	first := off / sumBlock
@@ -153,7 +177,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	}
 	for i := int64(0); bad < 0 && i*sumBlock < int64(len(buf)); i++ {
 		b := buf[i*sumBlock : min((i+1)*sumBlock, int64(len(buf)))]
-		if xxh3.HashSeed(b, c.seed) != sums[first+i] {
+		if xxh3.HashSeed(b, seed) != sums[first+i] {
 			bad = first + i
 		}
 	}

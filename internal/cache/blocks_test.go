@@ -94,22 +94,52 @@ func flipByte(t *testing.T, path string, off int64) {
 	}
 }
 
-// localModes are the two places a chunk's file can be: the cache's disk tier, or
-// the local store's object with no disk tier. The memory tier holds nothing
+// localModes are the places a chunk's file can be: the cache's disk tier, or the
+// local store's object with no disk tier, the store keeping block checksums with
+// it (local-store) or not (local-store-unsummed: an object written before it kept
+// them, whose first whole read then takes them). The memory tier holds nothing
 // (MemBytes 1 is less than any chunk), so every read after the first misses it.
 var localModes = []struct {
 	name string
 	opts func(dir string, src *storeSource) Options
 	file func(c *Cache, src *storeSource, d digest.Digest) string
+	// unsummed: the store keeps no checksums with its objects when added.
+	unsummed bool
+	// first is where a chunk's first read comes from, fetches how many fetches it makes.
+	first   Origin
+	fetches int64
 }{
-	{"disk-tier",
-		func(dir string, src *storeSource) Options { return Options{Dir: dir, MaxBytes: 1 << 30, MemBytes: 1} },
-		func(c *Cache, src *storeSource, d digest.Digest) string { return c.path(d) }},
-	{"local-store",
-		func(dir string, src *storeSource) Options {
+	{name: "disk-tier",
+		opts:  func(dir string, src *storeSource) Options { return Options{Dir: dir, MaxBytes: 1 << 30, MemBytes: 1} },
+		file:  func(c *Cache, src *storeSource, d digest.Digest) string { return c.path(d) },
+		first: FromStore, fetches: 1},
+	{name: "local-store",
+		opts: func(dir string, src *storeSource) Options {
 			return Options{Dir: dir, MaxBytes: 1 << 30, MemBytes: 1, NoDisk: true, StoreFiles: src.st}
 		},
-		func(c *Cache, src *storeSource, d digest.Digest) string { return src.st.ObjectFile(d) }},
+		file:  func(c *Cache, src *storeSource, d digest.Digest) string { return src.st.ObjectFile(d) },
+		first: FromFile, fetches: 0},
+	{name: "local-store-unsummed",
+		opts: func(dir string, src *storeSource) Options {
+			return Options{Dir: dir, MaxBytes: 1 << 30, MemBytes: 1, NoDisk: true, StoreFiles: src.st}
+		},
+		file:     func(c *Cache, src *storeSource, d digest.Digest) string { return src.st.ObjectFile(d) },
+		unsummed: true, first: FromStore, fetches: 1},
+}
+
+// add puts a chunk of size random bytes in src's store, as mode m keeps it.
+func (s *storeSource) addAs(t testing.TB, size int, unsummed bool) (blockmap.Chunk, []byte) {
+	t.Helper()
+	ch, b := s.add(t, size)
+	if unsummed {
+		if err := unix.Removexattr(s.st.ObjectFile(ch.Digest), "user.slacker.blocksums"); err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := s.st.ObjectSums(ch.Digest); ok {
+			t.Fatal("the store still has the object's checksums")
+		}
+	}
+	return ch, b
 }
 
 // TestPartialReads: once a chunk was verified whole, reads that miss the memory
@@ -126,9 +156,9 @@ func TestPartialReads(t *testing.T) {
 			src := newStoreSource(t)
 			c := openCache(t, m.opts(t.TempDir(), src), src)
 			ctx := context.Background()
-			ch, want := src.add(t, 3*4096+1234) // a short last block
-			if o, err := c.ReadChunk(ctx, ch, make([]byte, 10), 5); err != nil || o != FromStore {
-				t.Fatalf("first read: from %v, err %v", o, err)
+			ch, want := src.addAs(t, 3*4096+1234, m.unsummed) // a short last block
+			if o, err := c.ReadChunk(ctx, ch, make([]byte, 10), 5); err != nil || o != m.first {
+				t.Fatalf("first read: from %v, err %v; want %v", o, err, m.first)
 			}
 			c.Flush()
 			var blocks int64
@@ -144,9 +174,17 @@ func TestPartialReads(t *testing.T) {
 				blocks += min((r.off+r.n+4095)/4096*4096, ch.Size) - r.off/4096*4096
 			}
 			st := c.Stats()
-			if src.n.Load() != 1 || st.PartialReads != int64(len(ranges)) || st.PartialBytes != blocks ||
+			reads := int64(len(ranges))
+			if m.first == FromFile { // the first read was a partial one too
+				reads++
+				blocks += 4096
+			}
+			if src.n.Load() != m.fetches || st.PartialReads != reads || st.PartialBytes != blocks ||
 				st.SumMismatches != 0 || st.DiskHits != 0 || st.SumChunks != 1 {
-				t.Fatalf("fetches %d, stats %+v; want 1 fetch, %d partial reads of %d bytes", src.n.Load(), st, len(ranges), blocks)
+				t.Fatalf("fetches %d, stats %+v; want %d fetches, %d partial reads of %d bytes", src.n.Load(), st, m.fetches, reads, blocks)
+			}
+			if wantStore := int64(map[bool]int{true: 1}[m.first == FromFile]); st.StoreSums != wantStore {
+				t.Fatalf("stats %+v: %d chunks with the store's checksums, want %d", st, st.StoreSums, wantStore)
 			}
 		})
 	}
@@ -167,7 +205,7 @@ func TestFlippedByteAfterVerify(t *testing.T) {
 			opts.Logger = logs.logger()
 			c := openCache(t, opts, src)
 			ctx := context.Background()
-			ch, want := src.add(t, 64<<10)
+			ch, want := src.addAs(t, 64<<10, m.unsummed)
 			if _, err := c.ReadChunk(ctx, ch, make([]byte, 1), 0); err != nil {
 				t.Fatal(err)
 			}
@@ -194,7 +232,7 @@ func TestFlippedByteAfterVerify(t *testing.T) {
 					t.Fatalf("read of the damaged block: from %v, err %v, right bytes %v; want the chunk fetched again",
 						o, err, bytes.Equal(p, want[5*4096-100:5*4096-100+6000]))
 				}
-				if st.Corrupt != 1 || src.n.Load() != 2 {
+				if st.Corrupt != 1 || src.n.Load() != m.fetches+1 {
 					t.Fatalf("corrupt %d, fetches %d; want 1 and 2", st.Corrupt, src.n.Load())
 				}
 				c.Flush()
@@ -213,13 +251,17 @@ func TestFlippedByteAfterVerify(t *testing.T) {
 			if st.Corrupt != 0 || st.SumChunks != 0 {
 				t.Fatalf("stats %+v: want no cache file counted corrupt and the checksums dropped", st)
 			}
-			// Repaired, the store serves the chunk, verified whole (no checksums left).
-			flipByte(t, path, 5*4096+300)
-			if o, err := c.ReadChunk(ctx, ch, p, 5*4096-100); err != nil || o != FromStore || !bytes.Equal(p, want[5*4096-100:5*4096-100+6000]) {
-				t.Fatalf("read after the repair: from %v, err %v", o, err)
+			// The store's checksums of the object (taken at its Put, or at its first
+			// whole read) catch it again at every read: never served.
+			for range 2 {
+				if _, err := c.ReadChunk(ctx, ch, p, 5*4096-100); !errors.Is(err, errdefs.ErrCorrupt) {
+					t.Fatalf("read of the damaged block again: %v; want corrupt", err)
+				}
 			}
-			if o, err := c.ReadChunk(ctx, ch, p, 5*4096-100); err != nil || o != FromFile {
-				t.Fatalf("the next read: from %v, err %v; want file", o, err)
+			// Repaired, the chunk is served again, by the block.
+			flipByte(t, path, 5*4096+300)
+			if o, err := c.ReadChunk(ctx, ch, p, 5*4096-100); err != nil || o != FromFile || !bytes.Equal(p, want[5*4096-100:5*4096-100+6000]) {
+				t.Fatalf("read after the repair: from %v, err %v", o, err)
 			}
 		})
 	}
@@ -431,7 +473,7 @@ func TestPartialReadsConcurrent(t *testing.T) {
 			var cs []blockmap.Chunk
 			want := map[digest.Digest][]byte{}
 			for range 12 {
-				ch, b := src.add(t, 16<<10-512*mrand.IntN(3)) // some with a short last block
+				ch, b := src.addAs(t, 16<<10-512*mrand.IntN(3), m.unsummed) // some with a short last block
 				cs = append(cs, ch)
 				want[ch.Digest] = b
 			}
@@ -539,7 +581,7 @@ func TestNoSecondCopyInMemory(t *testing.T) {
 			o := m.opts(t.TempDir(), src)
 			o.MemBytes = 64 << 20 // room for everything: the tier must choose not to keep it
 			c := openCache(t, o, src)
-			ch, want := src.add(t, 256<<10)
+			ch, want := src.addAs(t, 256<<10, m.unsummed)
 			got := make([]byte, 4096)
 			if _, err := c.ReadChunk(context.Background(), ch, got, 8192); err != nil {
 				t.Fatal(err)
@@ -549,8 +591,9 @@ func TestNoSecondCopyInMemory(t *testing.T) {
 				t.Fatalf("after a verified load: memory tier %d bytes, cached %v; want 0 and true", st.MemBytes, c.Cached(ch))
 			}
 			o2, err := c.ReadChunk(context.Background(), ch, got, 100<<10)
-			if err != nil || o2 != FromFile || !bytes.Equal(got, want[100<<10:104<<10]) || src.n.Load() != 1 {
-				t.Fatalf("second read: from %v, err %v, %d fetches; want a block read of the right bytes and 1 fetch", o2, err, src.n.Load())
+			if err != nil || o2 != FromFile || !bytes.Equal(got, want[100<<10:104<<10]) || src.n.Load() != m.fetches {
+				t.Fatalf("second read: from %v, err %v, %d fetches; want a block read of the right bytes and %d fetches",
+					o2, err, src.n.Load(), m.fetches)
 			}
 		})
 	}

@@ -74,6 +74,9 @@ type Stats struct {
 	// reads (never served; the chunk was loaded whole again).
 	SumMismatches int64 `json:"sum_mismatches"`
 	SumChunks     int   `json:"sum_chunks"` // chunks whose block checksums are kept
+	// StoreSums counts chunks whose block checksums came from the local store
+	// (kept with its files), not from a whole read of the chunk.
+	StoreSums int64 `json:"store_sums"`
 }
 
 // Cache is safe for concurrent use.
@@ -103,10 +106,13 @@ type Cache struct {
 	sumN    int         // bound on len(sums); 0: no partial reads
 	seed    uint64      // of the block checksums, random per Open
 	objects ObjectFiles // with noDisk: the local store's files, or nil
-	files   *openFiles
+	// storeSums, with objects and block reads, are the checksums the local store
+	// keeps with its files (nil if it keeps none).
+	storeSums ObjectSums
+	files     *openFiles
 
-	memHits, diskHits, misses, fetched, evictions, corrupt atomic.Int64
-	partialReads, partialBytes, sumMismatches              atomic.Int64
+	memHits, diskHits, misses, fetched, evictions, corrupt  atomic.Int64
+	partialReads, partialBytes, sumMismatches, storeSumHits atomic.Int64
 }
 
 type memEntry struct {
@@ -146,6 +152,9 @@ func Open(opts Options, src Source) (*Cache, error) {
 	// local store files there are none to make.
 	if opts.SumChunks > 0 && (!opts.NoDisk || c.objects != nil) {
 		c.sumN = opts.SumChunks
+	}
+	if ss, ok := c.objects.(ObjectSums); ok && c.sumN > 0 {
+		c.storeSums = ss
 	}
 	ents, err := os.ReadDir(opts.Dir)
 	if err != nil {
@@ -377,7 +386,7 @@ func (c *Cache) load(ctx context.Context, ch blockmap.Chunk, leader uint64) (*re
 			if c.sumN <= 0 { // no block reads: the memory tier serves the reads to come
 				c.addMemLocked(key, data)
 			}
-			c.setSumsLocked(key, ch.Size, sums)
+			c.setSumsLocked(key, ch.Size, c.seed, sums)
 			c.mu.Unlock()
 			return &result{data: data, origin: FromDisk, leader: leader}, nil
 		}
@@ -565,7 +574,7 @@ func (c *Cache) Put(ch blockmap.Chunk, data []byte) error {
 	}
 	sums := c.blockSums(data)
 	c.mu.Lock()
-	c.setSumsLocked(ch.Digest.String(), ch.Size, sums)
+	c.setSumsLocked(ch.Digest.String(), ch.Size, c.seed, sums)
 	c.mu.Unlock()
 	return nil
 }
@@ -581,7 +590,7 @@ func (c *Cache) insert(d digest.Digest, data []byte) {
 	if !c.storeBacked() {
 		c.addMemLocked(d.String(), data)
 	}
-	c.setSumsLocked(d.String(), int64(len(data)), sums)
+	c.setSumsLocked(d.String(), int64(len(data)), c.seed, sums)
 	c.mu.Unlock()
 	if c.noDisk {
 		return
@@ -681,7 +690,7 @@ func (c *Cache) Stats() Stats {
 		DiskBytes: c.probation.bytes + c.protected.bytes, DiskChunks: len(c.disk),
 		MemBytes: c.memLRU.bytes, MaxBytes: c.max,
 		PartialReads: c.partialReads.Load(), PartialBytes: c.partialBytes.Load(),
-		SumMismatches: c.sumMismatches.Load(), SumChunks: len(c.sums),
+		SumMismatches: c.sumMismatches.Load(), SumChunks: len(c.sums), StoreSums: c.storeSumHits.Load(),
 	}
 }
 
@@ -695,9 +704,10 @@ func (c *Cache) DropMemory() {
 	c.memLRU = newLRU()
 }
 
-// Purge empties both tiers and forgets every block checksum, so that every chunk
-// is loaded whole and verified again. Chunks being read stay readable by those
-// readers.
+// Purge empties both tiers and forgets every block checksum it took, so that
+// every chunk is loaded whole and verified again (but for a local store's chunks
+// with checksums of the store's own, which are read by the block: ObjectSums).
+// Chunks being read stay readable by those readers.
 func (c *Cache) Purge() {
 	c.Flush()
 	c.mu.Lock()

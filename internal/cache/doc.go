@@ -27,7 +27,11 @@
 // match is never served: the chunk's checksums (and its disk-tier file) are dropped,
 // a cache-chunk-corrupt line logged, and the chunk loaded whole again and verified
 // against its digest (from a local store, a damaged object then fails as any
-// corrupt object does). A chunk without checksums is loaded whole.
+// corrupt object does). A chunk without checksums is loaded whole, unless the
+// local store keeps checksums of its own with the object's file (the optional
+// ObjectSums: package store/local takes them as a Put or a whole read verifies the
+// object): those are taken instead, so that even the first read of a chunk in a
+// local store reads only the blocks it needs.
 //
 // Every read reports where its bytes came from (Origin: memory, disk, blocks of a
 // local file, the store, or another load in flight), so the caller can account for
@@ -39,5 +43,6 @@
 // The cache never decides what to fetch ahead, runs nothing in the background but
 // its disk writes (package prefetch owns fetching ahead and its goroutines), and
 // never writes to the store (a local store's files it only reads, named by
-// ObjectFiles, and never trusts beyond the checksums of bytes it verified).
+// ObjectFiles, and never trusts beyond the checksums of bytes it or the store
+// verified).
 package cache

@@ -6,11 +6,13 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/errdefs"
@@ -52,6 +54,36 @@ func (s *Store) Path(d digest.Digest) string {
 // bytes it had).
 func (s *Store) ObjectFile(d digest.Digest) string { return s.Path(d) }
 
+// blockSumsXattr is the xattr of an object's file that holds its block checksums
+// (store.BlockSums, encoded), taken as the file was written or last read whole,
+// verified against the digest.
+const blockSumsXattr = "user.slacker.blocksums"
+
+// ObjectSums returns the block checksums kept with d's file: checksums of its 4
+// KiB blocks taken from bytes that had just matched d, so that a reader of
+// ObjectFile can check a few blocks without reading the object whole. None for a
+// missing object, one larger than store.MaxSummedObject, one written before this
+// store kept them and not read whole since, or on a filesystem without user
+// xattrs; a damaged encoding counts as none.
+func (s *Store) ObjectSums(d digest.Digest) (store.BlockSums, bool) {
+	var buf [store.MaxSummedObject/store.SumBlock*8 + 64]byte
+	n, err := unix.Getxattr(s.Path(d), blockSumsXattr, buf[:])
+	if err != nil {
+		return store.BlockSums{}, false
+	}
+	bs, err := store.UnmarshalBlockSums(buf[:n])
+	return bs, err == nil
+}
+
+// keepSums stores sums with the file open as f, if the object is small enough to
+// have them. Failing (no user xattrs here) costs only the block reads it would
+// have saved.
+func keepSums(f *os.File, sums store.BlockSums) {
+	if sums.Size <= store.MaxSummedObject {
+		unix.Fsetxattr(int(f.Fd()), blockSumsXattr, sums.Marshal(), 0)
+	}
+}
+
 func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reader) error {
 	if err := store.CheckDigest(d); err != nil {
 		return err
@@ -71,9 +103,13 @@ func (s *Store) Put(ctx context.Context, d digest.Digest, size int64, r io.Reade
 		return fmt.Errorf("put %s: %w", d, err)
 	}
 	defer p.Abort() // unless committed
-	vr := store.VerifyingReader(r, d, size)
+	summer := store.NewBlockSummer(rand.Uint64())
+	vr := store.VerifyingReader(io.TeeReader(r, summer), d, size)
 	if _, err := io.Copy(p, ctxReader{ctx, vr}); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
+	}
+	if sums := summer.Sums(); sums.Size <= store.MaxSummedObject { // the bytes matched d: keep their checksums
+		unix.Setxattr(p.TempPath(), blockSumsXattr, sums.Marshal(), 0)
 	}
 	if err := os.MkdirAll(filepath.Dir(final), 0o700); err != nil {
 		return fmt.Errorf("put %s: %w", d, err)
@@ -95,7 +131,33 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", d, mapErr(err))
 	}
-	return readCloser{Reader: ctxReader{ctx, store.VerifyingReader(f, d, -1)}, Closer: f}, nil
+	var r io.Reader = store.VerifyingReader(f, d, -1)
+	if fi, err := f.Stat(); err == nil && fi.Size() <= store.MaxSummedObject {
+		if _, err := unix.Fgetxattr(int(f.Fd()), blockSumsXattr, nil); errors.Is(err, unix.ENODATA) {
+			// An object stored before its checksums were kept gets them at its
+			// first whole read that matches its digest.
+			summer := store.NewBlockSummer(rand.Uint64())
+			r = &summingReader{r: store.VerifyingReader(io.TeeReader(f, summer), d, -1), f: f, summer: summer}
+		}
+	}
+	return readCloser{Reader: ctxReader{ctx, r}, Closer: f}, nil
+}
+
+// summingReader reads an object verified, and keeps its block checksums once all
+// of it has been read and matched its digest.
+type summingReader struct {
+	r      io.Reader // verifying
+	f      *os.File
+	summer *store.BlockSummer
+}
+
+func (s *summingReader) Read(p []byte) (int, error) {
+	n, err := s.r.Read(p)
+	if err == io.EOF && s.summer != nil { // io.EOF only once the digest matched
+		keepSums(s.f, s.summer.Sums())
+		s.summer = nil
+	}
+	return n, err
 }
 
 func (s *Store) GetRange(ctx context.Context, d digest.Digest, off, length int64) ([]byte, error) {

@@ -2,12 +2,16 @@ package local
 
 import (
 	"bytes"
+	"crypto/rand"
 	"errors"
+	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/opencontainers/go-digest"
+	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/atomicfile/atomicfiletest"
@@ -145,5 +149,86 @@ func TestFailedWriteKeepsOldState(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestBlockSumsKept: an object keeps the checksums of its 4 KiB blocks with its
+// file, taken from the bytes its Put verified; an object without them (stored
+// before they were kept) gets them from its first whole read that matches its
+// digest, and never from a read cut short or of damaged bytes; an object over
+// store.MaxSummedObject has none.
+func TestBlockSumsKept(t *testing.T) {
+	ctx := t.Context()
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	put := func(size int) (digest.Digest, []byte) {
+		t.Helper()
+		b := make([]byte, size)
+		rand.Read(b)
+		d := digest.FromBytes(b)
+		if err := s.Put(ctx, d, int64(size), bytes.NewReader(b)); err != nil {
+			t.Fatal(err)
+		}
+		return d, b
+	}
+	check := func(d digest.Digest, data []byte) {
+		t.Helper()
+		bs, ok := s.ObjectSums(d)
+		if !ok || bs.Size != int64(len(data)) || !slices.Equal(bs.Sums, store.SumBlocks(data, bs.Seed)) {
+			t.Fatalf("object %s: checksums %v (%d for %d bytes); want those of its blocks", d, ok, len(bs.Sums), bs.Size)
+		}
+	}
+	unsum := func(d digest.Digest) {
+		t.Helper()
+		if err := unix.Removexattr(s.ObjectFile(d), blockSumsXattr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	d, data := put(256<<10 + 100)
+	check(d, data)
+
+	unsum(d)
+	r, err := s.Get(ctx, d) // cut short
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadFull(r, make([]byte, 4096))
+	r.Close()
+	if _, ok := s.ObjectSums(d); ok {
+		t.Fatal("checksums kept from a read cut short")
+	}
+	if got, err := store.ReadAll(ctx, s, d); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("whole read: %v", err)
+	}
+	check(d, data)
+
+	// Damaged bytes: the read fails, and takes no checksums.
+	unsum(d)
+	p := s.ObjectFile(d)
+	b, _ := os.ReadFile(p)
+	b[5000] ^= 1
+	os.WriteFile(p, b, 0o600)
+	if _, err := store.ReadAll(ctx, s, d); !errors.Is(err, errdefs.ErrCorrupt) {
+		t.Fatalf("read of a damaged object: %v", err)
+	}
+	if _, ok := s.ObjectSums(d); ok {
+		t.Fatal("checksums kept from damaged bytes")
+	}
+	// A damaged encoding is none.
+	if err := unix.Setxattr(p, blockSumsXattr, []byte("SBS1 not really"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := s.ObjectSums(d); ok {
+		t.Fatal("a damaged encoding was taken for checksums")
+	}
+
+	big, _ := put(store.MaxSummedObject + 1)
+	if _, ok := s.ObjectSums(big); ok {
+		t.Fatal("checksums of an object over MaxSummedObject")
+	}
+	if _, ok := s.ObjectSums(digest.FromString("missing")); ok {
+		t.Fatal("checksums of a missing object")
 	}
 }
