@@ -110,7 +110,7 @@ func command() *cobra.Command {
 	f.BoolVar(&directIO, "direct-io", true, "attach loop devices with O_DIRECT")
 	f.StringVar(&flags.SnapshotterSocket, "snapshotter-socket", flags.SnapshotterSocket, "serve containerd's snapshots API (proxy plugin) here; default: snapshotter.sock next to --socket; \"off\": not at all")
 	f.StringVar(&flags.LocalImages, "local-images", "", "disk for local images, whole copies of images whose chunks are all on the node that the kernel reads without slackerd (default 16GiB; \"off\")")
-	f.StringVar(&flags.LocalImageFormat, "local-image-format", "", "erofs (mounted from the file) or ext4 (read through FUSE passthrough); default: erofs where this machine can")
+	f.StringVar(&flags.LocalImageFormat, "local-image-format", "", "how local images are kept: tree (the image's files in a directory of the node's filesystem: the image root itself; default) or ext4 (one file, read through FUSE passthrough)")
 	f.StringVar(&flags.ImageRootLinger, "image-root-linger", "", "keep an image's read-only root mounted this long after its last container, its page cache kept for the next (default 5m; \"off\")")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")

@@ -80,6 +80,9 @@ func writeMarker(tw *tar.Writer, name string) error {
 }
 
 func writeEntry(tw *tar.Writer, rootFd int, rel string, links map[uint64]string, buf []byte, opts WriteOptions) error {
+	if rel == "" || rel == "." {
+		return writeRoot(tw, rootFd, opts)
+	}
 	dir, base := path.Split(rel)
 	dfd := rootFd
 	if dir != "" {
@@ -195,4 +198,26 @@ func writeEntry(tw *tar.Writer, rootFd int, rel string, links map[uint64]string,
 		return fmt.Errorf("shrank from %d to %d bytes while writing the layer", hdr.Size, n)
 	}
 	return nil
+}
+
+// writeRoot writes the entry of the tree's root directory itself ("./"): its
+// mode, owner, times and xattrs.
+func writeRoot(tw *tar.Writer, rootFd int, opts WriteOptions) error {
+	var st unix.Stat_t
+	if err := unix.Fstat(rootFd, &st); err != nil {
+		return err
+	}
+	hdr := &tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid),
+		Gid: int(st.Gid), ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec), Format: tar.FormatPAX}
+	xs, err := fdio.Xattrs(rootFd, false, opts.Xattrs)
+	if err != nil {
+		return fmt.Errorf("xattrs: %w", err)
+	}
+	for k, v := range xs {
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords[xattrPAXPrefix+k] = string(v)
+	}
+	return tw.WriteHeader(hdr)
 }

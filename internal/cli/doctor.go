@@ -63,8 +63,8 @@ func newDoctor(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "doctor",
 		Short: "Check this machine for what Slacker needs, and say how to fix each problem",
-		Long: `doctor checks the kernel (FUSE, loop devices, ext4, erofs), the tools (runc, mkfs.ext4,
-e2fsck, mkfs.erofs, containerd), slackerd's configuration, its sockets and their permissions,
+		Long: `doctor checks the kernel (FUSE, loop devices, ext4), the tools (runc, mkfs.ext4,
+e2fsck, containerd), slackerd's configuration, its sockets and their permissions,
 the chunk store, and containerd's configuration of the Slacker snapshotter. Every
 problem comes with the command or setting that fixes it. It exits 1 if a check
 failed (warnings do not count).`,
@@ -131,7 +131,6 @@ func runDoctor(ctx context.Context, de doctorEnv) []check {
 	} {
 		add(toolCheck(ctx, de, t.name, t.pkg, t.flag, true))
 	}
-	add(localImagesCheck(de))
 	cfg, cfgCheck := slackerdConfig(de)
 	add(cfgCheck)
 	r, rerr := cfg.Resolve()
@@ -190,29 +189,6 @@ func kernelCheck(de doctorEnv, fs, devNode, fix string) check {
 		}
 	}
 	c.Detail = fs + " is not in " + de.procFilesystems
-	return c
-}
-
-// localImagesCheck says how slackerd will keep its local images (docs/design.md,
-// "Local images"): in erofs, mounted from their file, where the kernel has erofs
-// and mkfs.erofs is installed; else in ext4, read through FUSE passthrough.
-func localImagesCheck(de doctorEnv) check {
-	c := check{Name: "local images", Status: "ok", Detail: "erofs: an image all on the node is mounted from its local file"}
-	b, _ := os.ReadFile(de.procFilesystems)
-	erofs := false
-	for _, line := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(line); len(f) > 0 && f[len(f)-1] == "erofs" {
-			erofs = true
-		}
-	}
-	const fallback = "; local images are kept in ext4 and read through FUSE passthrough (random reads slower)"
-	switch _, err := de.lookPath("mkfs.erofs"); {
-	case !erofs:
-		c.Status, c.Detail = "warn", "erofs is not in "+de.procFilesystems+fallback
-		c.Fix = "modprobe erofs (file-backed erofs needs Linux 6.12 with CONFIG_EROFS_FS_BACKED_BY_FILE)"
-	case err != nil:
-		c.Status, c.Detail, c.Fix = "warn", "mkfs.erofs is not installed"+fallback, "apt-get install erofs-utils"
-	}
 	return c
 }
 

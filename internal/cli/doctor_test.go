@@ -66,9 +66,6 @@ func TestDoctorKernelAndTools(t *testing.T) {
 		{"no e2fsprogs", all, []string{"runc"}, "", "tool mkfs.ext4", "fail", "apt-get install e2fsprogs"},
 		{"runc version", all, []string{"runc"}, "", "tool runc", "ok", ""},
 		{"no slackerd", all, nil, "", "slackerd", "fail", "start slackerd"},
-		{"erofs", all + "\terofs\n", []string{"mkfs.erofs"}, "", "local images", "ok", ""},
-		{"no erofs", all, []string{"mkfs.erofs"}, "", "local images", "warn", "CONFIG_EROFS_FS_BACKED_BY_FILE"},
-		{"no erofs-utils", all + "\terofs\n", nil, "", "local images", "warn", "apt-get install erofs-utils"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			de := fakeEnv(t, tc.filesystems, tc.tools...)

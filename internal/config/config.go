@@ -67,11 +67,11 @@ type Daemon struct {
 	// local file, which the next image root of it is read through by FUSE
 	// passthrough, without slackerd in the path (docs/design.md, "Local images").
 	LocalImages string `toml:"local_images"`
-	// LocalImageFormat is how local images are kept: "erofs" (an erofs image the
-	// image root is mounted from, no loop device nor FUSE in the path) or "ext4"
-	// (the snapshot's bytes, read by the image root's loop device through FUSE
-	// passthrough). Empty: erofs where the kernel (file-backed erofs, Linux 6.12)
-	// and erofs-utils allow, else ext4.
+	// LocalImageFormat is how local images are kept: "tree" (default: the image's
+	// files copied into a directory of the node's filesystem, which is the image
+	// root itself, as a layer of containerd's overlayfs snapshotter is) or "ext4"
+	// (the image's bytes in one file, read by the image root's loop device through
+	// FUSE passthrough).
 	LocalImageFormat string `toml:"local_image_format"`
 	// ImageRootLinger is how long an image's read-only root stays mounted after
 	// its last container goes, its page cache kept for the next one (default 5m;
@@ -137,7 +137,7 @@ type Resolved struct {
 	StartupWindow                   time.Duration // negative: off
 	ContainerRoot                   string        // "shared" or "block"
 	LocalImageBytes                 int64         // 0: off
-	LocalImageFormat                string        // "", "erofs" or "ext4"
+	LocalImageFormat                string        // "", "tree" or "ext4"
 	ImageRootLinger                 time.Duration // 0: off
 }
 
@@ -248,10 +248,10 @@ func (d Daemon) Resolve() (Resolved, error) {
 		}
 	}
 	switch d.LocalImageFormat {
-	case "", "erofs", "ext4":
+	case "", "tree", "ext4":
 		r.LocalImageFormat = d.LocalImageFormat
 	default:
-		return r, fmt.Errorf("local_image_format %q: want \"erofs\" or \"ext4\" (or nothing: erofs where this machine can)", d.LocalImageFormat)
+		return r, fmt.Errorf("local_image_format %q: want \"tree\" (the default) or \"ext4\"", d.LocalImageFormat)
 	}
 	switch d.ImageRootLinger {
 	case "":

@@ -11,11 +11,10 @@
 //	maps/<snapshot>    encoded block maps already fetched (verified on load)
 //	cache/             the chunk cache (package cache)
 //	fuse/              the FUSE mount where volume files appear
-//	mnt/<id>/          where a volume's ext4 filesystem is mounted (an image root
-//	                   mounted from its local erofs image too: image-<hex>)
+//	mnt/<id>/          where a volume's ext4 filesystem is mounted
 //	images/<hex>       local images (localimage.go): an image snapshot whose chunks
-//	                   are all on the node, as an erofs image (or its ext4 bytes)
-//	                   that the next image root of it is read from by the kernel
+//	                   are all on the node, as its tree of files (or its ext4
+//	                   bytes) that the next image root of it reads through the kernel
 //
 // Container roots (shared.go) are by default overlays over one read-only image
 // root per image snapshot; block clones (RootBlock) are volumes of their own.

@@ -2,10 +2,9 @@ package node
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"log/slog"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
@@ -17,61 +16,61 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/slacker-dev/slacker/internal/archive"
 	"github.com/slacker-dev/slacker/internal/atomicfile"
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/labels"
-	"github.com/slacker-dev/slacker/internal/mount"
 )
 
 // Local images. Once every chunk of an image snapshot is on the node, the node
-// writes the snapshot into one local file (images/<hex>), each chunk verified
-// against its digest on the way, and the image roots it makes of that snapshot
-// afterwards are read from that file by the kernel, without a round trip to
-// slackerd. The file is, where the kernel and erofs-utils allow, an erofs image of
-// the snapshot's tree, which the image root mounts from the file directly (no loop
-// device, no FUSE: localErofs); else the snapshot's ext4 bytes, which the image
-// root's loop device reads through FUSE passthrough (localExt4). A local image is
-// made in the background when an image root is released by its last container,
-// and used by the next image root of the snapshot; the roots already mounted keep
-// their path. The bytes the kernel reads this way are checked when the file is
-// written, not at every read, as any file on the node's disk; a node's local images
-// go when it closes or opens (they are made again, verified, when needed), so one
-// is only ever read by the slackerd that verified it. docs/design.md, "Local
-// images".
+// copies the snapshot into the node's own filesystem (images/<hex>), each chunk
+// verified against its digest on the way, and the image roots it makes of that
+// snapshot afterwards read that copy through the kernel, without a round trip to
+// slackerd. By default (LocalTree) the copy is the snapshot's tree of files, and
+// the image root is that directory: the overlay of each container stands on it as
+// containerd's overlayfs snapshotter's stand on their layers, with no loop device,
+// ext4 or FUSE in between. Else (LocalExt4, or an image the tree copy refuses) it
+// is the snapshot's ext4 bytes in one file, which the image root's loop device
+// reads through FUSE passthrough. A local image is made in the background when an
+// image root is released by its last container, and used by the next image root of
+// the snapshot; the roots already mounted keep their path. What the kernel reads
+// this way is checked when the copy is made, not at every read, as any file on the
+// node's disk; a node's local images go when it closes or opens (they are made
+// again, verified, when needed), so one is only ever read by the slackerd that
+// verified it, and its index lives in memory. docs/design.md, "Local images".
 
 // LocalImageFormat is how the node keeps its local images.
 type LocalImageFormat string
 
 const (
-	// LocalErofs: an erofs image of the snapshot's tree, mounted from the file
-	// (Linux 6.12 file-backed erofs, mkfs.erofs from erofs-utils).
-	LocalErofs LocalImageFormat = "erofs"
+	// LocalTree: the snapshot's files, copied into a directory that is the image
+	// root itself (archive.CopyTree).
+	LocalTree LocalImageFormat = "tree"
 	// LocalExt4: the snapshot's bytes, an ext4 filesystem read by the image
 	// root's loop device through FUSE passthrough (Linux 6.9).
 	LocalExt4 LocalImageFormat = "ext4"
 )
 
-// ParseLocalImageFormat reads a local image format by name; "" is "" (the node
-// chooses: erofs where this machine can make and mount it, else ext4).
+// ParseLocalImageFormat reads a local image format by name; "" is "" (the
+// default, LocalTree).
 func ParseLocalImageFormat(s string) (LocalImageFormat, error) {
 	switch f := LocalImageFormat(s); f {
-	case "", LocalErofs, LocalExt4:
+	case "", LocalTree, LocalExt4:
 		return f, nil
 	}
-	return "", fmt.Errorf("unknown local image format %q: use %q or %q: %w", s, LocalErofs, LocalExt4, errdefs.ErrInvalid)
+	return "", fmt.Errorf("unknown local image format %q: use %q or %q: %w", s, LocalTree, LocalExt4, errdefs.ErrInvalid)
 }
 
-// localImages keeps the node's local image files, at most limit bytes of them.
+// localImages keeps the node's local images, at most limit bytes of them.
 type localImages struct {
 	dir    string
 	limit  int64
-	format LocalImageFormat
+	format LocalImageFormat // the one new images are made in (an image the tree copy refuses is ext4)
 	mu     sync.Mutex
-	// making holds the snapshots being written; users counts the image roots
-	// reading each local image (it is not evicted while one does).
+	images map[digest.Digest]*localImage // written
+	// making holds the snapshots being written.
 	making  map[digest.Digest]bool
-	users   map[digest.Digest]int
 	pending atomic.Int64 // idle image roots whose local image is yet to be tried
 	wg      sync.WaitGroup
 	writeMu sync.Mutex // held while a local image is written
@@ -79,10 +78,17 @@ type localImages struct {
 	cancel  context.CancelFunc
 }
 
-// newLocalImages empties dir and keeps local images there in format; with no
-// format, in erofs if this machine can make and mount erofs images from files,
-// else in ext4. Asked for erofs where it cannot, it fails and says why.
-func newLocalImages(ctx context.Context, dir string, limit int64, format LocalImageFormat, log *slog.Logger) (*localImages, error) {
+// localImage is one written local image.
+type localImage struct {
+	format LocalImageFormat
+	bytes  int64     // of disk it takes
+	used   time.Time // last written or acquired: its place in the eviction order
+	users  int       // image roots reading it (it is not evicted while one does)
+}
+
+// newLocalImages empties dir and keeps local images there, made in format
+// (LocalTree if empty).
+func newLocalImages(dir string, limit int64, format LocalImageFormat) (*localImages, error) {
 	// Left by a previous slackerd: it verified them, this one has not.
 	if err := os.RemoveAll(dir); err != nil {
 		return nil, fmt.Errorf("local images: %w", err)
@@ -90,92 +96,64 @@ func newLocalImages(ctx context.Context, dir string, limit int64, format LocalIm
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local images: %w", err)
 	}
-	if format != LocalExt4 {
-		err := mount.ErofsSupported(ctx, dir)
-		switch {
-		case err != nil && format == LocalErofs:
-			return nil, fmt.Errorf("local images in %s: %v: %w", LocalErofs, err, errdefs.ErrUnsupported)
-		case err != nil:
-			log.Info("local-image-format", "format", LocalExt4, "why", fmt.Sprintf("not %s: %v", LocalErofs, err))
-			format = LocalExt4
-		default:
-			format = LocalErofs
-		}
+	if format == "" {
+		format = LocalTree
 	}
-	lctx, cancel := context.WithCancel(context.Background())
-	return &localImages{dir: dir, limit: limit, format: format, making: map[digest.Digest]bool{},
-		users: map[digest.Digest]int{}, ctx: lctx, cancel: cancel}, nil
+	ctx, cancel := context.WithCancel(context.Background())
+	return &localImages{dir: dir, limit: limit, format: format, images: map[digest.Digest]*localImage{},
+		making: map[digest.Digest]bool{}, ctx: ctx, cancel: cancel}, nil
 }
 
 func (li *localImages) path(s digest.Digest) string { return filepath.Join(li.dir, s.Encoded()) }
 
-// acquire opens the local image of s for an image root about to read it, and
-// counts one more image root reading it; nil if there is none. The caller closes
-// the file once the image root holds its own descriptor (fusefs.AddBacked, or the
-// erofs mount), and pairs each acquire that returned a file with a release.
-func (li *localImages) acquire(s digest.Digest) *os.File {
+// acquire returns the path and format of the local image of s for an image root
+// about to read it, and counts one more image root reading it; ok is false if
+// there is none. Pair each acquire that returned ok with a release.
+func (li *localImages) acquire(s digest.Digest) (path string, format LocalImageFormat, ok bool) {
 	if li == nil {
-		return nil
+		return "", "", false
 	}
 	li.mu.Lock()
 	defer li.mu.Unlock()
-	f, err := os.Open(li.path(s))
-	if err != nil {
-		return nil
+	im := li.images[s]
+	if im == nil {
+		return "", "", false
 	}
-	li.users[s]++
-	now := time.Now()
-	os.Chtimes(li.path(s), now, now) // its place in the eviction order: used now
-	return f
+	im.users++
+	im.used = time.Now()
+	return li.path(s), im.format, true
 }
 
 // release counts one image root less reading the local image of s.
 func (li *localImages) release(s digest.Digest) {
 	li.mu.Lock()
 	defer li.mu.Unlock()
-	if li.users[s]--; li.users[s] <= 0 {
-		delete(li.users, s)
+	if im := li.images[s]; im != nil && im.users > 0 {
+		im.users--
 	}
 }
 
 // has reports whether the local image of s is written.
 func (li *localImages) has(s digest.Digest) bool {
-	_, err := os.Stat(li.path(s))
-	return err == nil
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	return li.images[s] != nil
 }
 
-// makeRoom removes the local images no image root reads, least recently used
-// first, until size more bytes fit under the limit and in the filesystem's free
-// space (leaving a tenth of it free). It reports whether they fit. li.mu is held.
-func (li *localImages) makeRoom(size int64) bool {
-	entries, err := os.ReadDir(li.dir)
-	if err != nil {
-		return false
-	}
-	type file struct {
-		s     digest.Digest
-		bytes int64
-		used  time.Time
-	}
-	var files []file
+// makeRoomLocked removes the local images no image root reads, least recently
+// used first, until size more bytes fit under the limit and in the filesystem's
+// free space (leaving a tenth of it free). It reports whether they fit. li.mu is
+// held.
+func (li *localImages) makeRoomLocked(size int64) bool {
 	var total int64
-	for _, e := range entries {
-		s := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
-		fi, err := e.Info()
-		if err != nil || s.Validate() != nil {
-			continue // a write under way (a temporary file): counted by its maker
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			continue
-		}
-		f := file{s: s, bytes: st.Blocks * 512, used: fi.ModTime()}
-		total += f.bytes
-		if li.users[s] == 0 {
-			files = append(files, f)
+	var idle []digest.Digest
+	for s, im := range li.images {
+		total += im.bytes
+		if im.users == 0 {
+			idle = append(idle, s)
 		}
 	}
-	sort.Slice(files, func(i, j int) bool { return files[i].used.Before(files[j].used) })
+	sort.Slice(idle, func(i, j int) bool { return li.images[idle[i]].used.Before(li.images[idle[j]].used) })
 	fits := func() bool {
 		var fs unix.Statfs_t
 		if unix.Statfs(li.dir, &fs) != nil {
@@ -184,13 +162,18 @@ func (li *localImages) makeRoom(size int64) bool {
 		free, all := int64(fs.Bavail)*fs.Bsize, int64(fs.Blocks)*fs.Bsize
 		return total+size <= li.limit && free-size >= all/10
 	}
-	for len(files) > 0 && !fits() {
-		if os.Remove(li.path(files[0].s)) == nil {
-			total -= files[0].bytes
-		}
-		files = files[1:]
+	for len(idle) > 0 && !fits() {
+		total -= li.images[idle[0]].bytes
+		li.removeLocked(idle[0])
+		idle = idle[1:]
 	}
 	return fits()
+}
+
+// removeLocked forgets the local image of s and removes its files. li.mu is held.
+func (li *localImages) removeLocked(s digest.Digest) {
+	delete(li.images, s)
+	os.RemoveAll(li.path(s))
 }
 
 // LocalImageStats count the node's local images.
@@ -211,16 +194,12 @@ func (li *localImages) stats() LocalImageStats {
 	}
 	li.mu.Lock()
 	defer li.mu.Unlock()
-	st.InUse, st.Writing, st.Pending = len(li.users), len(li.making), int(li.pending.Load())
-	entries, _ := os.ReadDir(li.dir)
-	for _, e := range entries {
-		fi, err := e.Info()
-		if err != nil || digest.NewDigestFromEncoded(digest.SHA256, e.Name()).Validate() != nil {
-			continue
-		}
+	st.Writing, st.Pending = len(li.making), int(li.pending.Load())
+	for _, im := range li.images {
 		st.Count++
-		if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-			st.Bytes += sys.Blocks * 512
+		st.Bytes += im.bytes
+		if im.users > 0 {
+			st.InUse++
 		}
 	}
 	return st
@@ -233,11 +212,9 @@ func (li *localImages) drop() {
 	}
 	li.mu.Lock()
 	defer li.mu.Unlock()
-	entries, _ := os.ReadDir(li.dir)
-	for _, e := range entries {
-		s := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
-		if s.Validate() == nil && li.users[s] == 0 {
-			os.Remove(li.path(s))
+	for s, im := range li.images {
+		if im.users == 0 {
+			li.removeLocked(s)
 		}
 	}
 }
@@ -249,6 +226,9 @@ func (li *localImages) close() {
 	}
 	li.cancel()
 	li.wg.Wait()
+	li.mu.Lock()
+	li.images = map[digest.Digest]*localImage{}
+	li.mu.Unlock()
 	os.RemoveAll(li.dir)
 }
 
@@ -266,7 +246,7 @@ func (n *Node) maybeMakeLocalImage(snapshot digest.Digest, done func(written boo
 		return
 	}
 	li.mu.Lock()
-	if li.making[snapshot] || li.has(snapshot) || n.closing.Load() {
+	if li.making[snapshot] || li.images[snapshot] != nil || n.closing.Load() {
 		li.mu.Unlock()
 		done(false)
 		return
@@ -311,7 +291,7 @@ func (n *Node) makeLocalImage(ctx context.Context, snapshot digest.Digest) error
 	li.writeMu.Lock() // one at a time: each counts what the others wrote
 	defer li.writeMu.Unlock()
 	li.mu.Lock()
-	fits := li.makeRoom(bytes)
+	fits := li.makeRoomLocked(bytes)
 	li.mu.Unlock()
 	if !fits {
 		n.log.Info("local-image-skipped", "snapshot", snapshot, "bytes", bytes, "reason", "no room",
@@ -319,36 +299,43 @@ func (n *Node) makeLocalImage(ctx context.Context, snapshot digest.Digest) error
 		return nil
 	}
 	start := time.Now()
-	path := li.path(snapshot)
+	tmp := filepath.Join(li.dir, ".tmp-"+snapshot.Encoded())
+	defer os.RemoveAll(tmp)
 	format := li.format
-	if format == LocalErofs {
-		if err = n.writeErofsImage(ctx, snapshot, path); err != nil && ctx.Err() == nil {
-			// An image mkfs.erofs cannot copy (erofs-utils 1.5 refuses names of 255
-			// bytes, which ext4 allows) is still read by the kernel, in ext4.
-			n.log.Warn("local-image-erofs-failed", "snapshot", snapshot, "err", err,
+	if format == LocalTree {
+		if err = n.writeTreeImage(ctx, snapshot, tmp); err != nil && ctx.Err() == nil {
+			// What a tree cannot hold as the image has it (a socket, a name that
+			// overlayfs would take for a whiteout) is still read by the kernel, in ext4.
+			n.log.Warn("local-image-tree-failed", "snapshot", snapshot, "err", err,
 				"action", "writing it in ext4, read through FUSE passthrough")
+			os.RemoveAll(tmp)
 			format = LocalExt4
 		}
 	}
 	if format == LocalExt4 {
-		err = n.writeExt4Image(ctx, m, path)
+		err = n.writeExt4Image(ctx, m, tmp)
 	}
 	if err != nil {
 		return err
 	}
-	var size int64
-	if fi, err := os.Stat(path); err == nil {
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			size = st.Blocks * 512
-		}
+	size, err := diskBytes(tmp)
+	if err != nil {
+		return err
 	}
+	path := li.path(snapshot)
+	li.mu.Lock()
+	defer li.mu.Unlock()
+	if err := os.Rename(tmp, path); err != nil { // local images do not outlive this process: no fsync
+		return err
+	}
+	li.images[snapshot] = &localImage{format: format, bytes: size, used: time.Now()}
 	n.log.Info("local-image-written", "snapshot", snapshot, "path", path, "format", format,
-		"image_bytes", bytes, "file_bytes", size, "took", time.Since(start))
+		"image_bytes", bytes, "disk_bytes", size, "took", time.Since(start))
 	return nil
 }
 
-// writeExt4Image writes the bytes of the snapshot m maps into path, each chunk
-// read through the cache, which verifies it against its digest.
+// writeExt4Image writes the bytes of the snapshot m maps into the file path, each
+// chunk read through the cache, which verifies it against its digest.
 func (n *Node) writeExt4Image(ctx context.Context, m *blockmap.Map, path string) error {
 	p, err := atomicfile.Create(path, 0o400)
 	if err != nil {
@@ -378,12 +365,11 @@ func (n *Node) writeExt4Image(ctx context.Context, m *blockmap.Map, path string)
 	return p.Commit()
 }
 
-// writeErofsImage writes an erofs image of snapshot's tree into path. The
-// snapshot is mounted read-only on a clone of its own, read through this node
-// as any image root is (every chunk verified against its digest), and
-// mkfs.erofs copies the tree from there: contents, owners, modes, times,
-// xattrs, hard links and devices.
-func (n *Node) writeErofsImage(ctx context.Context, snapshot digest.Digest, path string) error {
+// writeTreeImage copies snapshot's tree of files into the new directory dir. The
+// snapshot is mounted read-only on a clone of its own, read through this node as
+// any image root is (every chunk verified against its digest), and copied from
+// there with everything a file carries (archive.CopyTree).
+func (n *Node) writeTreeImage(ctx context.Context, snapshot digest.Digest, dir string) error {
 	id := localImageVolumeID(snapshot)
 	if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: snapshot, Mode: RootBlock,
 		Labels: map[string]string{labels.Kind: labels.KindLocalImage}}); err != nil {
@@ -398,31 +384,33 @@ func (n *Node) writeErofsImage(ctx context.Context, snapshot digest.Digest, path
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(filepath.Dir(path), ".erofs-"+snapshot.Encoded()) // not a name makeRoom counts
-	defer os.Remove(tmp)
-	if err := mkfsErofs(ctx, tmp, v.Mountpoint); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
 	}
-	if err := os.Chmod(tmp, 0o400); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path) // local images do not outlive this process: no fsync
+	_, err = copyTree(ctx, v.Mountpoint, dir)
+	return err
 }
 
-// mkfsErofs is mount.MkfsErofs; a test makes it fail.
-var mkfsErofs = mount.MkfsErofs
+// copyTree is archive.CopyTree; a test makes it fail.
+var copyTree = archive.CopyTree
 
-// erofsMagic is EROFS_SUPER_MAGIC_V1, at byte 1024 of an erofs image.
-const erofsMagic = 0xE0F5E1E2
-
-// formatOf reports the format of the local image open as f: LocalErofs if it
-// starts with an erofs superblock, else LocalExt4.
-func formatOf(f *os.File) LocalImageFormat {
-	var b [4]byte
-	if _, err := f.ReadAt(b[:], 1024); err == nil && binary.LittleEndian.Uint32(b[:]) == erofsMagic {
-		return LocalErofs
-	}
-	return LocalExt4
+// diskBytes returns the disk the file or tree at path takes.
+func diskBytes(path string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			total += st.Blocks * 512
+		}
+		return nil
+	})
+	return total, err
 }
 
 // localImageVolumeID names the clone a local image of s is copied from.

@@ -54,9 +54,10 @@ type Config struct {
 	// are read through by the kernel. 0: none; the image roots are then all read
 	// through this process.
 	LocalImageBytes int64
-	// LocalImageFormat is how local images are kept: LocalErofs (mounted from
-	// the file, no loop device, no FUSE) or LocalExt4 (the snapshot's bytes, read
-	// through FUSE passthrough). Empty: erofs where this machine can, else ext4.
+	// LocalImageFormat is how local images are kept: LocalTree (the snapshot's
+	// files in a directory that is the image root: no loop device, ext4 or FUSE)
+	// or LocalExt4 (the snapshot's bytes, read through FUSE passthrough). Empty:
+	// LocalTree.
 	LocalImageFormat LocalImageFormat
 	// ImageRootLinger is how long an image root no container uses stays mounted,
 	// its page cache kept for the image's next container (0: it goes with its last
@@ -214,7 +215,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.prefetch = prefetch.New(n.cache, popts)
 	if cfg.LocalImageBytes > 0 {
-		if n.local, err = newLocalImages(ctx, filepath.Join(root, "images"), cfg.LocalImageBytes, cfg.LocalImageFormat, log); err != nil {
+		if n.local, err = newLocalImages(filepath.Join(root, "images"), cfg.LocalImageBytes, cfg.LocalImageFormat); err != nil {
 			return nil, fmt.Errorf("open node: %w", err)
 		}
 	}
@@ -1047,12 +1048,12 @@ func (n *Node) Close(ctx context.Context) error {
 		x.gone = true
 		x.mu.Unlock()
 	}
-	// Image roots mounted from local erofs images are no volumes: unmounted
-	// here, once the shared roots over them are.
+	// Image roots that are local images' trees are no volumes: let go here,
+	// once the shared roots over them are unmounted.
 	n.imagesMu.Lock()
 	for s, ir := range n.images {
 		ir.mu.Lock()
-		if ir.erofs != "" {
+		if ir.tree != "" {
 			n.unmountImageLocked(ctx, s, ir, "closing")
 		}
 		ir.mu.Unlock()

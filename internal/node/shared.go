@@ -52,9 +52,9 @@ func ParseRootMode(s string) (RootMode, error) {
 type imageRoot struct {
 	mu sync.Mutex // serializes making and releasing the mount
 	x  *vol       // the read-only clone, mounted; nil when there is none
-	// erofs, with no x, is the mountpoint of the snapshot's local image in
-	// LocalErofs: the kernel reads it from the file, no volume in between.
-	erofs string
+	// tree, with no x, is the directory of the snapshot's local image in
+	// LocalTree: the image root is that directory, no mount, no volume.
+	tree  string
 	users int
 	local bool // the root is read through the snapshot's local image (one use of it)
 	// While no container uses x, it lingers (Config.ImageRootLinger), its page
@@ -153,16 +153,20 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	}
 	if !ir.mountedLocked() {
 		id := imageRootID(snapshot)
-		backing := n.local.acquire(snapshot) // all of it on the node: the kernel reads it there
-		if backing != nil && formatOf(backing) == LocalErofs {
-			mounted := n.mountErofsLocked(snapshot, ir, backing)
-			backing.Close() // the mount holds the file
-			if mounted {
-				ir.users++
-				return ir, nil
+		// All of it on the node: the kernel reads it there.
+		var backing *os.File
+		if path, format, ok := n.local.acquire(snapshot); ok && format == LocalTree {
+			ir.tree, ir.local = path, true
+			ir.users++
+			n.log.Info("image-root-mounted", "snapshot", snapshot, "dir", path, "local_image", true, "format", format)
+			return ir, nil
+		} else if ok {
+			f, err := os.Open(path)
+			if err != nil {
+				n.local.release(snapshot)
+			} else {
+				backing = f
 			}
-			n.local.release(snapshot)
-			backing = nil
 		}
 		local := backing != nil
 		_, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: snapshot, Mode: RootBlock,
@@ -297,19 +301,10 @@ func (n *Node) unmountIdleImages(ctx context.Context) {
 // unmountImageLocked unmounts the image root and deletes its volume (a clone
 // never written: nothing is lost). ir.mu is held.
 func (n *Node) unmountImageLocked(ctx context.Context, snapshot digest.Digest, ir *imageRoot, why string) {
-	if ir.erofs != "" {
-		mnt := ir.erofs
-		ir.erofs = ""
-		if lazy, err := mount.Unmount(mnt, 2*time.Second); err != nil {
-			n.log.Error("image-root-release-failed", "snapshot", snapshot, "mountpoint", mnt, "err", err)
-			return
-		} else if lazy {
-			n.log.Warn("image-root-unmounted-lazily", "snapshot", snapshot, "mountpoint", mnt)
-		}
-		os.Remove(mnt)
+	if ir.tree != "" { // a directory: nothing mounted, nothing to unmount
 		n.local.release(snapshot)
-		ir.local = false
-		n.log.Info("image-root-released", "snapshot", snapshot, "mountpoint", mnt, "why", why)
+		n.log.Info("image-root-released", "snapshot", snapshot, "dir", ir.tree, "why", why)
+		ir.tree, ir.local = "", false
 		return
 	}
 	id := ir.x.rec.ID
@@ -441,31 +436,16 @@ func (n *Node) mountSharedLocked(x *vol, readOnly bool) error {
 	return nil
 }
 
-// mountedLocked reports whether the image root is mounted. ir.mu is held.
-func (ir *imageRoot) mountedLocked() bool { return ir.x != nil || ir.erofs != "" }
-
-// mountErofsLocked mounts f, the local image of snapshot in LocalErofs, as ir,
-// and reports whether it did. A mount that fails is logged; the caller then makes
-// the root as a volume read through this process. ir.mu is held.
-func (n *Node) mountErofsLocked(snapshot digest.Digest, ir *imageRoot, f *os.File) bool {
-	mnt := filepath.Join(n.cfg.Root, "mnt", imageRootID(snapshot))
-	if err := mount.MountErofs(f.Name(), mnt); err != nil {
-		n.log.Warn("image-root-local-image-failed", "snapshot", snapshot, "err", err,
-			"action", "reading the image through slackerd")
-		return false
-	}
-	ir.erofs, ir.local = mnt, true
-	n.log.Info("image-root-mounted", "snapshot", snapshot, "mountpoint", mnt, "local_image", true,
-		"format", LocalErofs)
-	return true
-}
+// mountedLocked reports whether the image root is there (a volume mounted, or a
+// local image's tree). ir.mu is held.
+func (ir *imageRoot) mountedLocked() bool { return ir.x != nil || ir.tree != "" }
 
 // lower returns the mountpoint of the image root, "" if it has none.
 func (ir *imageRoot) lower() string {
 	ir.mu.Lock()
 	defer ir.mu.Unlock()
-	if ir.erofs != "" {
-		return ir.erofs
+	if ir.tree != "" {
+		return ir.tree
 	}
 	if ir.x == nil {
 		return ""

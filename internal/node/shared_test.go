@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
 
+	"github.com/slacker-dev/slacker/internal/archive"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fstree"
 	"github.com/slacker-dev/slacker/internal/mount"
@@ -420,24 +422,24 @@ func TestLocalImage(t *testing.T) {
 		name   string
 		format LocalImageFormat
 		off    bool
-		// mkfsFails makes mkfs.erofs fail: the image is written in ext4 instead.
-		mkfsFails bool
-		lower     string // the filesystem type of the second root's image
+		// copyFails makes the tree copy fail: the image is written in ext4 instead.
+		copyFails bool
+		lower     string // what the second root's image is: "tree", or a filesystem type
 	}{
-		{name: "erofs", format: LocalErofs, lower: "erofs"},
+		{name: "tree", format: LocalTree, lower: "tree"},
+		{name: "default", lower: "tree"},
 		{name: "ext4", format: LocalExt4, lower: "ext4"},
-		{name: "erofs-fails", format: LocalErofs, mkfsFails: true, lower: "ext4"},
+		{name: "tree-fails", format: LocalTree, copyFails: true, lower: "ext4"},
 		{name: "off", off: true, lower: "ext4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			off := tc.off
-			if tc.format == LocalErofs {
-				testutil.RequireErofs(t)
-			}
-			if tc.mkfsFails {
-				saved := mkfsErofs
-				mkfsErofs = func(context.Context, string, string) error { return errors.New("mkfs.erofs: refused") }
-				t.Cleanup(func() { mkfsErofs = saved })
+			if tc.copyFails {
+				saved := copyTree
+				copyTree = func(context.Context, string, string) (archive.Stats, error) {
+					return archive.Stats{}, errors.New("copy: refused")
+				}
+				t.Cleanup(func() { copyTree = saved })
 			}
 			ctx := context.Background()
 			dir := t.TempDir()
@@ -471,11 +473,14 @@ func TestLocalImage(t *testing.T) {
 				if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
 					t.Fatalf("%s: the big file: %v", id, err)
 				}
+				if err := readDirect(filepath.Join(v.Mountpoint, "big"), big); err != nil { // as databases and fio do
+					t.Fatalf("%s: %v", id, err)
+				}
 				info, err := n.Volume(id)
 				if err != nil {
 					t.Fatal(err)
 				}
-				lower := fsType(t, info.Lowers[len(info.Lowers)-1])
+				lower := rootKind(t, info.Lowers[len(info.Lowers)-1])
 				if err := n.DeleteVolume(ctx, id); err != nil {
 					t.Fatal(err)
 				}
@@ -505,7 +510,7 @@ func TestLocalImage(t *testing.T) {
 					t.Fatal("the idle image root is still mounted after its local image was written")
 				}
 			}
-			// The clone an erofs image was copied from is gone with the write.
+			// The clone a tree was copied from is gone with the write.
 			if _, err := n.Volume(localImageVolumeID(img)); !errors.Is(err, errdefs.ErrNotFound) {
 				t.Fatalf("the clone of the local image's copy: %v; want it gone", err)
 			}
@@ -530,30 +535,54 @@ func TestLocalImage(t *testing.T) {
 	}
 }
 
-// fsType returns the type of the filesystem mounted at target.
-func fsType(t *testing.T, target string) string {
+// readDirect reads a few 4 KiB blocks of the file at path with O_DIRECT and
+// compares them with want, its content.
+func readDirect(path string, want []byte) error {
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_DIRECT, 0)
+	if err != nil {
+		return fmt.Errorf("open with O_DIRECT: %w", err)
+	}
+	defer f.Close()
+	buf, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANON|unix.MAP_PRIVATE) // aligned
+	if err != nil {
+		return err
+	}
+	defer unix.Munmap(buf)
+	for _, off := range []int64{0, 4096, int64(len(want)) / 2 / 4096 * 4096, int64(len(want)) - 4096} {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			return fmt.Errorf("O_DIRECT read at %d: %w", off, err)
+		}
+		if !bytes.Equal(buf, want[off:off+4096]) {
+			return fmt.Errorf("O_DIRECT read at %d: wrong bytes", off)
+		}
+	}
+	return nil
+}
+
+// rootKind says what the image root at dir is: "tree" if nothing is mounted
+// there (a local image's directory), else the mounted filesystem's type.
+func rootKind(t *testing.T, dir string) string {
 	t.Helper()
-	ms, err := mount.Mounts(target)
+	ms, err := mount.Mounts(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, m := range ms {
-		if m.Target == target {
+		if m.Target == dir {
 			return m.FSType
 		}
 	}
-	t.Fatalf("nothing mounted at %s", target)
-	return ""
+	return "tree"
 }
 
-// TestErofsLocalImageTree: an image's local image in erofs holds the image's
-// tree as the image root reads it through slackerd: contents (a sparse file
-// among them), owners, modes with their special bits, times to the nanosecond,
-// xattrs of every namespace, hard links, symlinks, fifos and devices.
-func TestErofsLocalImageTree(t *testing.T) {
+// TestTreeLocalImage: an image's local image in LocalTree holds the image's tree
+// exactly as the image root reads it through slackerd: contents, owners, modes
+// with their special bits, times to the nanosecond, xattrs of every namespace, hard
+// links, symlinks, fifos, devices, lost+found and the root's own metadata; a
+// container on it sees what a container on the ext4 root sees.
+func TestTreeLocalImage(t *testing.T) {
 	requirePrivileged(t)
 	testutil.RequireOverlay(t)
-	testutil.RequireErofs(t)
 	ctx := context.Background()
 	dir := t.TempDir()
 	st, err := local.Open(filepath.Join(dir, "store"))
@@ -564,8 +593,7 @@ func TestErofsLocalImageTree(t *testing.T) {
 	localImageSettle = 50 * time.Millisecond
 	t.Cleanup(func() { localImageSettle = settle })
 	n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
-		DefaultSize: 1 << 30, LocalImageBytes: 1 << 30, LocalImageFormat: LocalErofs, ImageRootLinger: time.Hour,
-		Logger: testLogger()})
+		DefaultSize: 1 << 30, LocalImageBytes: 1 << 30, ImageRootLinger: time.Hour, Logger: testLogger()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -574,9 +602,25 @@ func TestErofsLocalImageTree(t *testing.T) {
 	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "first", Snapshot: img, Mode: RootShared}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := n.MountVolume(ctx, "first", false); err != nil {
+	first, err := n.MountVolume(ctx, "first", true)
+	if err != nil {
 		t.Fatal(err)
 	}
+	// A container's view of the image through slackerd, to compare with one on the tree.
+	view := filepath.Join(dir, "view")
+	if err := os.Mkdir(view, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	viewOpts := fstree.Options{Mtimes: true, DirMtimes: true, IgnoreRoot: true, Xattrs: []string{"user.", "security."}}
+	viewOf := func(root string) *fstree.Tree {
+		t.Helper()
+		tr, err := fstree.Walk(ctx, root, viewOpts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	firstView := viewOf(first.Mountpoint)
 	if err := n.DeleteVolume(ctx, "first"); err != nil {
 		t.Fatal(err)
 	}
@@ -596,8 +640,8 @@ func TestErofsLocalImageTree(t *testing.T) {
 		t.Fatal(err)
 	}
 	lower := second.Lowers[len(second.Lowers)-1]
-	if got := fsType(t, lower); got != "erofs" {
-		t.Fatalf("the second root stands on %s; want the local image in erofs", got)
+	if got := rootKind(t, lower); got != "tree" {
+		t.Fatalf("the second root stands on %s; want the local image's tree", got)
 	}
 	// The image as a block clone reads it, through slackerd.
 	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "check", Snapshot: img, Mode: RootBlock}); err != nil {
@@ -607,31 +651,16 @@ func TestErofsLocalImageTree(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// mkfs.erofs leaves out the ext4's lost+found: a container on a local image
-	// does not see it, as none does on overlayfs.
 	opts := fstree.Options{Mtimes: true, DirMtimes: true, Xattrs: []string{"user.", "trusted.", "security."},
-		Ignore: []string{"lost+found"}, LabelA: "erofs", LabelB: "ext4"}
+		LabelA: "tree", LabelB: "ext4"}
 	diffs, err := fstree.Compare(ctx, lower, check.Mountpoint, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A container's view of it: the overlay hides its trusted.overlay xattrs,
-	// the whiteout and its own root's times, whatever the image root is.
-	view := fstree.Options{Mtimes: true, DirMtimes: true, IgnoreRoot: true, Xattrs: []string{"user.", "security."},
-		Ignore: []string{"lost+found", "whiteout-like"}, LabelA: "container", LabelB: "ext4"}
-	more, err := fstree.Compare(ctx, second.Mountpoint, check.Mountpoint, view)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, d := range append(diffs, more...) {
+	viewOpts.LabelA, viewOpts.LabelB = "container on the tree", "container through slackerd"
+	diffs = append(diffs, fstree.Diff(viewOf(second.Mountpoint), firstView, viewOpts)...)
+	for _, d := range diffs {
 		t.Error(d)
-	}
-	tree, err := fstree.Walk(ctx, lower, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(tree.Paths()) < 12 {
-		t.Fatalf("the local image holds %d paths: %v", len(tree.Paths()), tree.Paths())
 	}
 	for _, id := range []string{"check", "second"} {
 		if err := n.DeleteVolume(ctx, id); err != nil {
@@ -641,7 +670,7 @@ func TestErofsLocalImageTree(t *testing.T) {
 }
 
 // richImage makes an image snapshot on n holding one of each kind of file and
-// metadata an image carries.
+// metadata an image carries (testutil.RichTree).
 func richImage(t *testing.T, n *Node) digest.Digest {
 	t.Helper()
 	ctx := context.Background()
@@ -656,53 +685,17 @@ func richImage(t *testing.T, n *Node) digest.Digest {
 	if err != nil {
 		t.Fatal(err)
 	}
-	at := func(p string) string { return filepath.Join(v.Mountpoint, p) }
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
+	testutil.RichTree(t, v.Mountpoint)
+	if err := n.UnmountVolume(ctx, "build"); err != nil {
+		t.Fatal(err)
 	}
-	data := make([]byte, 3<<20+123)
-	rand.Read(data)
-	must(os.MkdirAll(at("usr/bin"), 0o755))
-	must(os.MkdirAll(at("empty/deeper"), 0o700))
-	must(os.MkdirAll(at("tmp"), 0o1777))
-	must(os.Chmod(at("tmp"), 0o1777))
-	must(os.WriteFile(at("usr/bin/tool"), data, 0o755))
-	must(os.Chmod(at("usr/bin/tool"), 0o4755)) // setuid
-	must(os.Link(at("usr/bin/tool"), at("usr/bin/tool-alias")))
-	must(os.Symlink("tool", at("usr/bin/link")))
-	must(os.Symlink("/nowhere/at/all", at("dangling")))
-	must(os.WriteFile(at("empty-file"), nil, 0o600))
-	sparse, err := os.Create(at("sparse"))
-	must(err)
-	_, err = sparse.WriteAt([]byte("middle"), 5<<20)
-	must(err)
-	must(sparse.Truncate(9 << 20))
-	must(sparse.Close())
-	must(unix.Mkfifo(at("fifo"), 0o640))
-	must(unix.Mknod(at("null"), unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3))))
-	must(unix.Mknod(at("whiteout-like"), unix.S_IFCHR|0o000, 0))
-	must(os.WriteFile(at("owned"), []byte("x"), 0o640))
-	must(os.Lchown(at("owned"), 1234, 5678))
-	must(os.Lchown(at("dangling"), 42, 43))
-	must(unix.Setxattr(at("owned"), "user.comment", []byte("hello"), 0))
-	must(unix.Setxattr(at("empty"), "trusted.overlay.opaque", []byte("y"), 0))
-	// cap_net_raw+ep in the kernel's vfs_cap_data, revision 2.
-	capData := []byte{0, 0, 0, 2, 0, 0x20, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	capData[0] = 1 // VFS_CAP_FLAGS_EFFECTIVE
-	must(unix.Setxattr(at("usr/bin/tool"), "security.capability", capData, 0))
-	long := strings.Repeat("n", 254) // erofs-utils 1.5 refuses 255 (the image is then written in ext4)
-	must(os.WriteFile(at(long), []byte("long name"), 0o644))
-	for i, p := range []string{"usr/bin/tool", "owned", "empty", "sparse", long} {
-		ts := time.Date(2001, 2, 3, 4, 5, 6, 123456789+i, time.UTC)
-		must(os.Chtimes(at(p), ts, ts))
-	}
-	must(n.UnmountVolume(ctx, "build"))
 	img, err := n.SnapshotVolume(ctx, "build", SnapshotOptions{})
-	must(err)
-	must(n.DeleteVolume(ctx, "build"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteVolume(ctx, "build"); err != nil {
+		t.Fatal(err)
+	}
 	return img.ID
 }
 
@@ -719,11 +712,8 @@ func dropCaches() error {
 func TestLocalImageCorruptChunk(t *testing.T) {
 	requirePrivileged(t)
 	testutil.RequireOverlay(t)
-	for _, format := range []LocalImageFormat{LocalErofs, LocalExt4} {
+	for _, format := range []LocalImageFormat{LocalTree, LocalExt4} {
 		t.Run(string(format), func(t *testing.T) {
-			if format == LocalErofs {
-				testutil.RequireErofs(t)
-			}
 			ctx := context.Background()
 			dir := t.TempDir()
 			st, err := local.Open(filepath.Join(dir, "store"))
@@ -791,9 +781,9 @@ func TestLocalImageCorruptChunk(t *testing.T) {
 			if li := n.Stats().LocalImages; li.Count != 0 {
 				t.Fatalf("local images %+v after a corrupt chunk; want none", li)
 			}
-			// erofs copies the tree through the image's ext4, read by the block:
+			// A tree is copied through the image's ext4, read by the block:
 			// the block's checksum caught it (ext4 reads the chunk whole).
-			if c := n.Stats().Cache; format == LocalErofs && c.SumMismatches == 0 {
+			if c := n.Stats().Cache; format == LocalTree && c.SumMismatches == 0 {
 				t.Fatalf("cache %+v: the damaged block was not caught by its checksum", c)
 			}
 		})

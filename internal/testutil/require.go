@@ -53,15 +53,6 @@ func RequireFile(t testing.TB, path string) {
 	}
 }
 
-// RequireErofs needs erofs images made by mkfs.erofs and mounted from files
-// (file-backed erofs, Linux 6.12).
-func RequireErofs(t testing.TB) {
-	t.Helper()
-	if err := mount.ErofsSupported(t.Context(), t.TempDir()); err != nil {
-		Missing(t, "erofs local images ("+err.Error()+")")
-	}
-}
-
 // RequireOverlay needs overlayfs in the kernel.
 func RequireOverlay(t testing.TB) {
 	t.Helper()

@@ -1,0 +1,98 @@
+package archive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slacker-dev/slacker/internal/errdefs"
+	"github.com/slacker-dev/slacker/internal/fdio"
+)
+
+// CopyTree copies the tree at src into dst, an empty directory: every entry with
+// its content, mode, owner, times, xattrs (all of them), hard links, symlinks,
+// fifos and devices, and the root's own metadata. It is WriteChanges of every
+// entry of src piped into Apply onto dst, so src is read without following any
+// symlink and nothing is written outside dst. src must not change meanwhile.
+// What a layer cannot carry is refused before anything is copied, with
+// errdefs.ErrUnsupported: a socket, and a name that starts with ".wh." (a
+// whiteout in a layer). Holes are not kept: a sparse file is written whole.
+func CopyTree(ctx context.Context, src, dst string) (Stats, error) {
+	cs, err := treeChanges(ctx, src)
+	if err != nil {
+		return Stats{}, err
+	}
+	pr, pw := io.Pipe()
+	werr := make(chan error, 1)
+	go func() {
+		err := WriteChanges(ctx, pw, src, cs, WriteOptions{Xattrs: func(string) bool { return true }})
+		pw.CloseWithError(err)
+		werr <- err
+	}()
+	st, err := Apply(ctx, dst, pr, Options{AllowDevices: true})
+	pr.CloseWithError(errors.New("copy stopped")) // unblocks the writer if Apply stopped early
+	if werr := <-werr; werr != nil && err == nil {
+		err = werr
+	}
+	if err != nil {
+		return st, fmt.Errorf("copy %s to %s: %w", src, dst, err)
+	}
+	return st, nil
+}
+
+// treeChanges lists every entry of the tree at root, the root first and each
+// directory before what it holds (names sorted), as additions.
+func treeChanges(ctx context.Context, root string) ([]Change, error) {
+	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", root, err)
+	}
+	defer unix.Close(fd)
+	out := []Change{{Path: "."}}
+	if err := treeDir(ctx, fd, "", &out); err != nil {
+		return nil, fmt.Errorf("read tree %s: %w", root, err)
+	}
+	return out, nil
+}
+
+func treeDir(ctx context.Context, dfd int, rel string, out *[]Change) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	names, err := fdio.ReadDirNames(dfd)
+	if err != nil {
+		return fmt.Errorf("list %q: %w", rel, err)
+	}
+	for _, name := range names {
+		p := path.Join(rel, name)
+		if strings.HasPrefix(name, whiteoutPrefix) {
+			return errdefs.Errorf(errdefs.ErrUnsupported, "%q: a name a layer takes for a whiteout", p)
+		}
+		*out = append(*out, Change{Path: p})
+		var st unix.Stat_t
+		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			return fmt.Errorf("stat %q: %w", p, err)
+		}
+		if st.Mode&unix.S_IFMT == unix.S_IFSOCK {
+			return errdefs.Errorf(errdefs.ErrUnsupported, "%q: a socket, which a layer cannot carry", p)
+		}
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			continue
+		}
+		cfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			return fmt.Errorf("open %q: %w", p, err)
+		}
+		err = treeDir(ctx, cfd, p, out)
+		unix.Close(cfd)
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
