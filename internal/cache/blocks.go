@@ -114,12 +114,14 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	key := ch.Digest.String()
 	c.mu.Lock()
 	s, ok := c.sums[key]
+	fresh := false // checksums just taken from the store: the chunk's first read
 	if !ok && c.storeSums != nil {
 		c.mu.Unlock()
 		if bs, found := c.storeSums.ObjectSums(ch.Digest); found && bs.Size == ch.Size {
 			c.mu.Lock()
 			c.setSumsLocked(key, bs.Size, bs.Seed, bs.Sums)
 			c.storeSumHits.Add(1)
+			fresh = true
 		} else {
 			c.mu.Lock()
 		}
@@ -162,6 +164,13 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 			c.log.Warn("cache-file-open-failed", "chunk", ch.Digest, "path", path, "err", err)
 		}
 		return false // gone (evicted, collected): a whole load finds out
+	}
+	if fresh {
+		// The rest of the chunk is likely read soon (it holds the neighbours of
+		// these blocks in the image): the kernel reads it ahead into the page
+		// cache while this read waits only for its own blocks, as a whole load
+		// of the chunk did, but without holding this read for it or hashing it.
+		unix.Fadvise(of.fd, 0, ch.Size, unix.FADV_WILLNEED)
 	}
 	n, err := of.readAt(buf, start)
 	c.files.release(of)

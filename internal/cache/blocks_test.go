@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
@@ -596,5 +597,75 @@ func TestNoSecondCopyInMemory(t *testing.T) {
 					o2, err, src.n.Load(), m.fetches)
 			}
 		})
+	}
+}
+
+// TestFirstBlockReadReadsChunkAhead: the first read of a local store's chunk,
+// served by the block with the store's checksums, has the kernel read the rest of
+// the chunk's file into the page cache in the background (as a whole load used
+// to, without waiting for it or hashing it): its neighbours are read soon.
+func TestFirstBlockReadReadsChunkAhead(t *testing.T) {
+	src := newStoreSource(t)
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 30, MemBytes: 1, NoDisk: true, StoreFiles: src.st}, src)
+	ch, want := src.add(t, 256<<10)
+	path := src.st.ObjectFile(ch.Digest)
+	resident := func() int {
+		t.Helper()
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		m, err := unix.Mmap(int(f.Fd()), 0, int(ch.Size), unix.PROT_READ, unix.MAP_SHARED)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer unix.Munmap(m)
+		vec := make([]byte, (ch.Size+4095)/4096)
+		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
+			uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+			t.Fatal(errno)
+		}
+		n := 0
+		for _, v := range vec {
+			n += int(v & 1)
+		}
+		return n
+	}
+	evict := func() {
+		t.Helper()
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+			t.Fatal(err)
+		}
+	}
+	evict()
+	if n := resident(); n > 4 {
+		t.Skipf("the page cache kept %d of the file's pages after FADV_DONTNEED", n)
+	}
+	p := make([]byte, 4096)
+	if o, err := c.ReadChunk(context.Background(), ch, p, 100<<10); err != nil || o != FromFile || !bytes.Equal(p, want[100<<10:104<<10]) {
+		t.Fatalf("first read: from %v, err %v", o, err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); resident() < 64; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the chunk's 64 pages in the page cache after its first read; want all, read ahead", resident())
+		}
+	}
+	// Later reads of the chunk read no more ahead.
+	evict()
+	if _, err := c.ReadChunk(context.Background(), ch, p, 0); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if n := resident(); n > 16 {
+		t.Fatalf("%d pages in the page cache after a later read of one block; want no read ahead of the chunk", n)
 	}
 }

@@ -31,7 +31,8 @@
 // local store keeps checksums of its own with the object's file (the optional
 // ObjectSums: package store/local takes them as a Put or a whole read verifies the
 // object): those are taken instead, so that even the first read of a chunk in a
-// local store reads only the blocks it needs.
+// local store reads only the blocks it needs, and has the kernel read the rest of
+// the chunk's file ahead into the page cache (FADV_WILLNEED), as a whole load did.
 //
 // Every read reports where its bytes came from (Origin: memory, disk, blocks of a
 // local file, the store, or another load in flight), so the caller can account for
