@@ -159,10 +159,16 @@ type CacheStats struct {
 	// StoreSums counts chunks whose block checksums came from the local store
 	// (kept with its files), not from a whole read of the chunk.
 	StoreSums int64 `json:"store_sums"`
+	// InPlaceBytes is the size of the chunks first read in place from a local
+	// store's files (read ahead whole from there): moved from the store, though
+	// not fetched. FetchStats.FetchedBytes includes them.
+	InPlaceBytes int64 `json:"in_place_bytes"`
 }
 
 // FetchStats are the node fetcher's counters.
 type FetchStats struct {
+	// FetchedBytes is what the node moved from its store: the chunks fetched,
+	// and those of a local store first read in place (CacheStats.InPlaceBytes).
 	FetchedBytes int64 `json:"fetched_bytes"`
 	Requests     int64 `json:"requests"`
 	Retries      int64 `json:"retries"`

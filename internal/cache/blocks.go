@@ -104,17 +104,18 @@ func (c *Cache) dropSumsLocked(key string) {
 // readBlocks fills p with bytes [off, off+len(p)) of ch read from a local file of
 // the chunk (its disk-tier file, or with no disk tier the local store's object),
 // only the 4 KiB blocks p covers, each checked against the checksum taken when the
-// chunk was last verified whole. It reports false, with p's content undefined, when
-// it cannot: no checksums, no file, a read error, or damage (which it logs, counts
-// and cleans up). The caller then loads the chunk whole and verifies it.
-func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
+// chunk was last verified whole (or kept by the local store). It reports false,
+// with p's content undefined, when it cannot: no checksums, no file, a read error,
+// or damage (which it logs, counts and cleans up). The caller then loads the chunk
+// whole and verifies it. fresh says the checksums were just taken from the store:
+// the chunk's first read.
+func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) (ok, fresh bool) {
 	if c.sumN <= 0 || len(p) == 0 {
-		return false
+		return false, false
 	}
 	key := ch.Digest.String()
 	c.mu.Lock()
 	s, ok := c.sums[key]
-	fresh := false // checksums just taken from the store: the chunk's first read
 	if !ok && c.storeSums != nil {
 		c.mu.Unlock()
 		if bs, found := c.storeSums.ObjectSums(ch.Digest); found && bs.Size == ch.Size {
@@ -129,7 +130,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	}
 	if !ok || s.size != ch.Size {
 		c.mu.Unlock()
-		return false
+		return false, false
 	}
 	path, onDisk := "", false
 	if it, ok := c.disk[key]; ok {
@@ -143,7 +144,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	}
 	if path == "" {
 		c.mu.Unlock()
-		return false
+		return false, false
 	}
 	c.sumLRU.remove(s.item)
 	c.sumLRU.pushFront(s.item)
@@ -163,7 +164,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, errFilesClosed) {
 			c.log.Warn("cache-file-open-failed", "chunk", ch.Digest, "path", path, "err", err)
 		}
-		return false // gone (evicted, collected): a whole load finds out
+		return false, false // gone (evicted, collected): a whole load finds out
 	}
 	if fresh {
 		// The rest of the chunk is likely read soon (it holds the neighbours of
@@ -178,7 +179,7 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 		clear(buf) // nothing unchecked is left in the caller's buffer
 		c.log.Warn("cache-file-read-failed", "chunk", ch.Digest, "path", path, "offset", start, "err", err,
 			"action", "loading the chunk whole")
-		return false
+		return false, false
 	}
 	bad := int64(-1)
 	if n < len(buf) { // a file shorter than its chunk
@@ -193,14 +194,18 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) bool {
 	if bad >= 0 {
 		clear(buf)
 		c.blocksDamaged(ch, path, onDisk, bad)
-		return false
+		return false, false
 	}
 	if !inPlace {
 		copy(p, buf[off-start:])
 	}
 	c.partialReads.Add(1)
 	c.partialBytes.Add(int64(len(buf)))
-	return true
+	if fresh {
+		c.misses.Add(1)
+		c.inPlace.Add(ch.Size)
+	}
+	return true, fresh
 }
 
 // blocksDamaged handles a block of a chunk file that no longer matches its

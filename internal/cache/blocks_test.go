@@ -119,7 +119,7 @@ var localModes = []struct {
 			return Options{Dir: dir, MaxBytes: 1 << 30, MemBytes: 1, NoDisk: true, StoreFiles: src.st}
 		},
 		file:  func(c *Cache, src *storeSource, d digest.Digest) string { return src.st.ObjectFile(d) },
-		first: FromFile, fetches: 0},
+		first: FromStoreFile, fetches: 0},
 	{name: "local-store-unsummed",
 		opts: func(dir string, src *storeSource) Options {
 			return Options{Dir: dir, MaxBytes: 1 << 30, MemBytes: 1, NoDisk: true, StoreFiles: src.st}
@@ -176,7 +176,7 @@ func TestPartialReads(t *testing.T) {
 			}
 			st := c.Stats()
 			reads := int64(len(ranges))
-			if m.first == FromFile { // the first read was a partial one too
+			if m.first == FromStoreFile { // the first read was a partial one too
 				reads++
 				blocks += 4096
 			}
@@ -184,8 +184,10 @@ func TestPartialReads(t *testing.T) {
 				st.SumMismatches != 0 || st.DiskHits != 0 || st.SumChunks != 1 {
 				t.Fatalf("fetches %d, stats %+v; want %d fetches, %d partial reads of %d bytes", src.n.Load(), st, m.fetches, reads, blocks)
 			}
-			if wantStore := int64(map[bool]int{true: 1}[m.first == FromFile]); st.StoreSums != wantStore {
-				t.Fatalf("stats %+v: %d chunks with the store's checksums, want %d", st, st.StoreSums, wantStore)
+			if wantStore := int64(map[bool]int{true: 1}[m.first == FromStoreFile]); st.StoreSums != wantStore ||
+				st.InPlaceBytes != wantStore*ch.Size {
+				t.Fatalf("stats %+v: %d chunks with the store's checksums, %d bytes in place; want %d and the chunk's",
+					st, st.StoreSums, st.InPlaceBytes, wantStore)
 			}
 		})
 	}
@@ -259,9 +261,10 @@ func TestFlippedByteAfterVerify(t *testing.T) {
 					t.Fatalf("read of the damaged block again: %v; want corrupt", err)
 				}
 			}
-			// Repaired, the chunk is served again, by the block.
+			// Repaired, the chunk is served again, by the block (its checksums taken
+			// from the store again: the damage had dropped them).
 			flipByte(t, path, 5*4096+300)
-			if o, err := c.ReadChunk(ctx, ch, p, 5*4096-100); err != nil || o != FromFile || !bytes.Equal(p, want[5*4096-100:5*4096-100+6000]) {
+			if o, err := c.ReadChunk(ctx, ch, p, 5*4096-100); err != nil || o != FromStoreFile || !bytes.Equal(p, want[5*4096-100:5*4096-100+6000]) {
 				t.Fatalf("read after the repair: from %v, err %v", o, err)
 			}
 		})
@@ -651,7 +654,7 @@ func TestFirstBlockReadReadsChunkAhead(t *testing.T) {
 		t.Skipf("the page cache kept %d of the file's pages after FADV_DONTNEED", n)
 	}
 	p := make([]byte, 4096)
-	if o, err := c.ReadChunk(context.Background(), ch, p, 100<<10); err != nil || o != FromFile || !bytes.Equal(p, want[100<<10:104<<10]) {
+	if o, err := c.ReadChunk(context.Background(), ch, p, 100<<10); err != nil || o != FromStoreFile || !bytes.Equal(p, want[100<<10:104<<10]) {
 		t.Fatalf("first read: from %v, err %v", o, err)
 	}
 	for deadline := time.Now().Add(5 * time.Second); resident() < 64; time.Sleep(10 * time.Millisecond) {

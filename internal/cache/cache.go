@@ -77,6 +77,9 @@ type Stats struct {
 	// StoreSums counts chunks whose block checksums came from the local store
 	// (kept with its files), not from a whole read of the chunk.
 	StoreSums int64 `json:"store_sums"`
+	// InPlaceBytes is the size of the chunks first read in place from a local
+	// store's files (FromStoreFile): moved from the store, though not fetched.
+	InPlaceBytes int64 `json:"in_place_bytes"`
 }
 
 // Cache is safe for concurrent use.
@@ -111,8 +114,8 @@ type Cache struct {
 	storeSums ObjectSums
 	files     *openFiles
 
-	memHits, diskHits, misses, fetched, evictions, corrupt  atomic.Int64
-	partialReads, partialBytes, sumMismatches, storeSumHits atomic.Int64
+	memHits, diskHits, misses, fetched, evictions, corrupt           atomic.Int64
+	partialReads, partialBytes, sumMismatches, storeSumHits, inPlace atomic.Int64
 }
 
 type memEntry struct {
@@ -266,10 +269,16 @@ const (
 	// file or its local store object, each checked against the checksum taken
 	// when the chunk was last verified whole (ReadChunk only).
 	FromFile
+	// FromStoreFile: as FromFile, from a local store's object the cache had not
+	// read before, checked against the checksums the store keeps with it; the
+	// rest of the chunk is read ahead from the store's file (ReadChunk only).
+	// The chunk counts as moved from the store, as a fetch of it would.
+	FromStoreFile
 )
 
-// Hit reports whether the chunk was served without this call fetching it.
-func (o Origin) Hit() bool { return o != FromStore }
+// Hit reports whether the chunk was served without this call moving it from
+// the store.
+func (o Origin) Hit() bool { return o != FromStore && o != FromStoreFile }
 
 func (o Origin) String() string {
 	switch o {
@@ -283,6 +292,8 @@ func (o Origin) String() string {
 		return "joined"
 	case FromFile:
 		return "file"
+	case FromStoreFile:
+		return "store-file"
 	}
 	return fmt.Sprintf("origin(%d)", int(o))
 }
@@ -301,7 +312,9 @@ func (c *Cache) ReadChunk(ctx context.Context, ch blockmap.Chunk, p []byte, off 
 		copy(p, data[off:])
 		return FromMemory, nil
 	}
-	if c.readBlocks(ch, p, off) {
+	if ok, fresh := c.readBlocks(ch, p, off); ok && fresh {
+		return FromStoreFile, nil
+	} else if ok {
 		return FromFile, nil
 	}
 	data, o, err := c.Get(ctx, ch)
@@ -691,6 +704,7 @@ func (c *Cache) Stats() Stats {
 		MemBytes: c.memLRU.bytes, MaxBytes: c.max,
 		PartialReads: c.partialReads.Load(), PartialBytes: c.partialBytes.Load(),
 		SumMismatches: c.sumMismatches.Load(), SumChunks: len(c.sums), StoreSums: c.storeSumHits.Load(),
+		InPlaceBytes: c.inPlace.Load(),
 	}
 }
 
