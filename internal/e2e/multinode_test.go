@@ -150,6 +150,7 @@ func testManyNodes(t *testing.T, layout, backend string) {
 		t.Fatalf("run on B: %q", out)
 	}
 	first, firstAhead := b.fetched()
+	t.Logf("B's first run: %d chunks of it fetched ahead (readahead, trace replay)", firstAhead)
 	checkLazyShare(t, "B's first run", first, size)
 
 	// A: a change, committed and pushed; the commit uploads only changed chunks.
