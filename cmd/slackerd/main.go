@@ -25,6 +25,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/daemon"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/graphdriver"
+	"github.com/slacker-dev/slacker/internal/metrics"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/snapshotter"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
@@ -83,6 +84,7 @@ func command() *cobra.Command {
 			}
 			set("local-images", &cfg.LocalImages, flags.LocalImages)
 			set("local-image-format", &cfg.LocalImageFormat, flags.LocalImageFormat)
+			set("metrics-address", &cfg.MetricsAddress, flags.MetricsAddress)
 			set("image-root-linger", &cfg.ImageRootLinger, flags.ImageRootLinger)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
 			if f.Changed("graphdriver-shared-store") {
@@ -117,6 +119,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
 	f.StringVar(&flags.GraphDriver.Socket, "graphdriver-socket", "", "serve Docker's graph-driver plugin here (off by default; docs/docker.md), e.g. /run/docker/plugins/slacker.sock")
 	f.BoolVar(&sharedStore, "graphdriver-shared-store", false, "nodes that pull this node's pushes share its store: docker commit makes Slacker layers")
+	f.StringVar(&flags.MetricsAddress, "metrics-address", "", "serve Prometheus metrics at http://ADDRESS/metrics, e.g. 127.0.0.1:9464 (off by default; docs/operating.md)")
 	f.StringVar(&debugAddr, "debug-addr", "", "serve Go's pprof profiles on this address (e.g. 127.0.0.1:6060)")
 	return cmd
 }
@@ -148,6 +151,22 @@ func run(cfg config.Daemon) error {
 	// Keep the heap near what the configuration allows: the memory tier plus working
 	// buffers, so the daemon's RSS stays bounded under load.
 	debug.SetMemoryLimit(r.MemBytes + 80<<20)
+	// Metrics first: a bad address fails the start before anything is mounted.
+	var met *metrics.Metrics
+	var metL net.Listener
+	if r.MetricsAddress != "" {
+		if metL, err = metrics.Listen(r.MetricsAddress); err != nil {
+			return err
+		}
+		defer metL.Close()
+		met = metrics.New(storeDesc)
+	}
+	fetchOpts := fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait}
+	var observeFUSE func(string, time.Duration, error)
+	onError := func(string) func(error) { return nil }
+	if met != nil {
+		fetchOpts.Observe, observeFUSE, onError = met.ObserveStore, met.ObserveFUSE, met.OnError
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	start := time.Now()
@@ -157,7 +176,7 @@ func run(cfg config.Daemon) error {
 		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
 		LocalImageFormat: node.LocalImageFormat(r.LocalImageFormat),
 		ImageRootLinger:  r.ImageRootLinger,
-		Fetch:            fetch.Options{Parallel: r.FetchParallel, Attempt: r.Attempt, MaxWait: r.MaxWait},
+		Fetch:            fetchOpts, ObserveFUSE: observeFUSE,
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
 				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},
@@ -167,10 +186,16 @@ func run(cfg config.Daemon) error {
 	}
 	daemon.ReconcileContainers(ctx, n, r.Root, log)
 	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
+	if met != nil {
+		met.SetSource(n)
+		metSrv := met.Serve(metL, log)
+		defer metSrv.Shutdown(context.Background())
+	}
 	errc := make(chan error, 3)
 	var snapSrv *snapshotter.Server
 	if r.SnapshotterSocket != "" {
-		sn, err := snapshotter.New(n, snapshotter.Options{Dir: filepath.Join(r.Root, "snapshotter"), Logger: log})
+		sn, err := snapshotter.New(n, snapshotter.Options{Dir: filepath.Join(r.Root, "snapshotter"), Logger: log,
+			OnError: onError(metrics.WhereSnapshotter)})
 		var l net.Listener
 		if err == nil {
 			defer sn.Close()
@@ -186,13 +211,15 @@ func run(cfg config.Daemon) error {
 	var gdSrv *graphdriver.Server
 	if cfg.GraphDriver.Socket != "" {
 		gdSrv, err = graphdriver.Serve(ctx, n, graphdriver.Options{Root: filepath.Join(r.Root, "graphdriver"), Store: storeDesc,
-			SharedStore: cfg.GraphDriver.SharedStore, Logger: log}, cfg.GraphDriver.Socket, errc)
+			SharedStore: cfg.GraphDriver.SharedStore, Logger: log, OnError: onError(metrics.WhereGraphDriver)},
+			cfg.GraphDriver.Socket, errc)
 		if err != nil {
 			n.Close(context.Background())
 			return err
 		}
 	}
-	srv := daemon.New(n, daemon.Options{StateRoot: r.Root, Store: storeDesc, ChunkSize: r.ChunkSize, Logger: log})
+	srv := daemon.New(n, daemon.Options{StateRoot: r.Root, Store: storeDesc, ChunkSize: r.ChunkSize, Logger: log,
+		OnError: onError(metrics.WhereAPI)})
 	go func() { errc <- srv.Serve(r.Socket) }()
 	select {
 	case <-ctx.Done():

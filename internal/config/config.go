@@ -77,6 +77,9 @@ type Daemon struct {
 	// its last container goes, its page cache kept for the next one (default 5m;
 	// "off": it goes with its last container). docs/design.md, "Idle image roots".
 	ImageRootLinger string `toml:"image_root_linger"`
+	// MetricsAddress is where slackerd serves Prometheus metrics (GET /metrics),
+	// host:port such as "127.0.0.1:9464"; empty (the default): no metrics.
+	MetricsAddress string `toml:"metrics_address"`
 	// SnapshotterSocket is where slackerd serves containerd's snapshots API (a
 	// proxy plugin, docs/containerd.md): empty means snapshotter.sock next to
 	// Socket (/run/slacker/snapshotter.sock by default), "off" turns it off.
@@ -138,6 +141,7 @@ type Resolved struct {
 	ContainerRoot                   string        // "shared" or "block"
 	LocalImageBytes                 int64         // 0: off
 	LocalImageFormat                string        // "", "tree" or "ext4"
+	MetricsAddress                  string        // "": no metrics
 	ImageRootLinger                 time.Duration // 0: off
 }
 
@@ -247,6 +251,7 @@ func (d Daemon) Resolve() (Resolved, error) {
 			return r, fmt.Errorf("local_images %q: want a size such as 16GiB, or off", d.LocalImages)
 		}
 	}
+	r.MetricsAddress = d.MetricsAddress // checked when slackerd listens (metrics.Listen)
 	switch d.LocalImageFormat {
 	case "", "tree", "ext4":
 		r.LocalImageFormat = d.LocalImageFormat

@@ -33,6 +33,7 @@ type Server struct {
 	storeDesc string
 	stateRoot string
 	chunkSize int64
+	onError   func(error)
 	srv       *http.Server
 }
 
@@ -42,6 +43,9 @@ type Options struct {
 	Store     string // the store's location, for display
 	ChunkSize int64
 	Logger    *slog.Logger
+	// OnError, if set, is told of every error the API answers (slackerd's
+	// metrics count them by kind).
+	OnError func(err error)
 }
 
 // New returns a server for n.
@@ -50,7 +54,7 @@ func New(n *node.Node, o Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{node: n, log: log, storeDesc: o.Store, stateRoot: o.StateRoot, chunkSize: o.ChunkSize}
+	s := &Server{node: n, log: log, storeDesc: o.Store, stateRoot: o.StateRoot, chunkSize: o.ChunkSize, onError: o.OnError}
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /v1/info", s.info)
 	mux.HandleFunc("GET /v1/stats", s.stats)
@@ -152,6 +156,9 @@ func ErrorAnswer(err error) (int, api.ErrorBody) {
 // fail answers err (ErrorAnswer), logging the ones that are the daemon's own failure
 // or corrupt data.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if s.onError != nil {
+		s.onError(err)
+	}
 	status, body := ErrorAnswer(err)
 	if status == http.StatusInternalServerError {
 		s.log.Error("api-error", "method", r.Method, "path", r.URL.Path, "kind", body.Kind, "err", err)

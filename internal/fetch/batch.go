@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 
@@ -65,8 +66,20 @@ func (f *Fetcher) batch(ctx context.Context, bg store.BatchGetter, ds []digest.D
 	f.requests.Add(1)
 	f.batches.Add(1)
 	done := map[digest.Digest]bool{}
+	start := time.Now()
+	var delivered int64
+	var failed error
+	defer func() {
+		if len(done) > 0 {
+			failed = nil // the request answered; what it left is fetched again alone
+		}
+		f.observe("get-batch", start, delivered, failed)
+	}()
 	bg.GetBatch(actx, ds, func(d digest.Digest, data []byte, err error) {
 		c, ok := byDigest[d]
+		if err != nil && failed == nil {
+			failed = err
+		}
 		if !ok || done[d] || err != nil {
 			return // fetched again alone, with retries (or not ours)
 		}
@@ -76,6 +89,7 @@ func (f *Fetcher) batch(ctx context.Context, bg store.BatchGetter, ds []digest.D
 			return
 		}
 		done[d] = true
+		delivered += int64(len(data))
 		f.fetched.Add(int64(len(data)))
 		report(c, data, nil)
 	})

@@ -22,6 +22,10 @@ type Options struct {
 	Backoff    time.Duration // first retry delay, doubled each time (50ms)
 	MaxBackoff time.Duration // (2s)
 	Logger     *slog.Logger
+	// Observe, if set, is told of every store request: "get" (one object) or
+	// "get-batch" (several, one request), how long it took, the bytes it
+	// delivered and its error (slackerd's metrics).
+	Observe func(op string, took time.Duration, bytes int64, err error)
 }
 
 // Fetcher reads chunks from a store. Safe for concurrent use.
@@ -107,8 +111,17 @@ func (f *Fetcher) Object(ctx context.Context, d digest.Digest) ([]byte, error) {
 	return f.Fetch(ctx, blockmap.Chunk{Digest: d, Size: -1})
 }
 
+// observe tells Options.Observe of a request begun at start.
+func (f *Fetcher) observe(op string, start time.Time, bytes int64, err error) {
+	if f.opts.Observe != nil {
+		f.opts.Observe(op, time.Since(start), bytes, err)
+	}
+}
+
 func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
+	start := time.Now()
 	data, err := store.ReadAllSized(ctx, f.st, c.Digest, c.Size)
+	f.observe("get", start, int64(len(data)), err)
 	if err != nil {
 		return nil, err
 	}

@@ -36,6 +36,10 @@ type Options struct {
 	// PageCache lets the kernel cache volume files (no FOPEN_DIRECT_IO): reads get
 	// FUSE readahead, at the price of a second copy of what the guest reads.
 	PageCache bool
+	// Observe, if set, is told of every read, write, fsync and zero of a volume
+	// file: how long it took and the error the volume returned (slackerd's
+	// metrics).
+	Observe func(op string, took time.Duration, err error)
 }
 
 // FS is a mounted volume directory.
@@ -264,16 +268,30 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }
 
+// observe tells Options.Observe of a request begun at start.
+func (n *fileNode) observe(op string, start time.Time, err error) {
+	if o := n.fs.opts.Observe; o != nil {
+		o(op, time.Since(start), err)
+	}
+}
+
 func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	start := time.Now()
 	k, err := n.vol.ReadAt(ctx, dest, off)
-	if err != nil && k == 0 && !isEOF(err) {
+	if isEOF(err) {
+		err = nil
+	}
+	n.observe("read", start, err)
+	if err != nil && k == 0 {
 		return nil, n.errno("read", off, len(dest), err)
 	}
 	return fuse.ReadResultData(dest[:k]), 0
 }
 
 func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	start := time.Now()
 	k, err := n.vol.WriteAt(ctx, data, off)
+	n.observe("write", start, err)
 	if err != nil {
 		return 0, n.errno("write", off, len(data), err)
 	}
@@ -281,7 +299,10 @@ func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off
 }
 
 func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
-	if err := n.vol.Sync(ctx); err != nil {
+	start := time.Now()
+	err := n.vol.Sync(ctx)
+	n.observe("fsync", start, err)
+	if err != nil {
 		return n.errno("fsync", 0, 0, err)
 	}
 	return 0
@@ -292,7 +313,10 @@ func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { 
 func (n *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
 	switch {
 	case mode&unix.FALLOC_FL_PUNCH_HOLE != 0, mode&unix.FALLOC_FL_ZERO_RANGE != 0:
-		if err := n.vol.Zero(ctx, int64(off), int64(size)); err != nil {
+		start := time.Now()
+		err := n.vol.Zero(ctx, int64(off), int64(size))
+		n.observe("zero", start, err)
+		if err != nil {
 			return n.errno("zero", int64(off), int(size), err)
 		}
 		return 0

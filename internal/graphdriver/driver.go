@@ -51,6 +51,9 @@ type Options struct {
 	// node's default).
 	Size   int64
 	Logger *slog.Logger
+	// OnError, if set, is told of every error the plugin answers dockerd with
+	// (slackerd's metrics count them by kind).
+	OnError func(err error)
 }
 
 // Driver keeps Docker's layers as records naming snapshots of one node. It is safe

@@ -91,10 +91,11 @@ const MediaType = "application/vnd.docker.plugins.v1+json"
 
 // Server serves the plugin protocol for a Backend on a unix socket.
 type Server struct {
-	b      Backend
-	log    *slog.Logger
-	srv    *http.Server
-	socket string
+	b       Backend
+	log     *slog.Logger
+	srv     *http.Server
+	socket  string
+	onError func(error) // Options.OnError
 }
 
 // NewServer returns a server for b.
@@ -227,6 +228,9 @@ func ErrorAnswer(err error) (int, Response) {
 
 // fail answers err (ErrorAnswer) and logs it with its errdefs kind.
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
+	if s.onError != nil {
+		s.onError(err)
+	}
 	s.log.Warn("graphdriver-call-failed", "call", r.URL.Path, "kind", errdefs.KindOf(err).String(), "err", err)
 	status, resp := ErrorAnswer(err)
 	writeJSON(w, status, resp)
@@ -326,7 +330,7 @@ func Serve(ctx context.Context, n *node.Node, o Options, socket string, errc cha
 		return nil, err
 	}
 	s := NewServer(d, o.Logger)
-	s.socket = socket
+	s.socket, s.onError = socket, o.OnError
 	go func() { errc <- s.Serve(l) }()
 	return s, nil
 }

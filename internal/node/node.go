@@ -36,16 +36,19 @@ import (
 
 // Config configures a node.
 type Config struct {
-	Root          string      // node state directory
-	Store         store.Store // where snapshots live
-	CacheBytes    int64       // disk bound of the chunk cache (default 10 GiB)
-	CacheMemBytes int64       // memory tier of the chunk cache (default 64 MiB)
-	CacheNoDisk   bool        // no disk tier (the store is a local directory)
-	ChunkSize     int64       // largest chunk cut by snapshots (default volume.DefaultChunkSize)
-	DefaultSize   int64       // virtual size of blank filesystems (default 10 GiB)
-	NoDirectIO    bool        // loop devices without O_DIRECT (the backing file gets a page cache)
-	Fetch         fetch.Options
-	Lease         LeaseConfig // the node's lease in the store (garbage collection)
+	Root          string        // node state directory
+	Store         store.Store   // where snapshots live
+	CacheBytes    int64         // disk bound of the chunk cache (default 10 GiB)
+	CacheMemBytes int64         // memory tier of the chunk cache (default 64 MiB)
+	CacheNoDisk   bool          // no disk tier (the store is a local directory)
+	ChunkSize     int64         // largest chunk cut by snapshots (default volume.DefaultChunkSize)
+	DefaultSize   int64         // virtual size of blank filesystems (default 10 GiB)
+	NoDirectIO    bool          // loop devices without O_DIRECT (the backing file gets a page cache)
+	Fetch         fetch.Options // Fetch.Observe sees every store request
+	// ObserveFUSE, if set, is told of every read, write, fsync and zero of a
+	// volume file (fusefs.Options.Observe).
+	ObserveFUSE func(op string, took time.Duration, err error)
+	Lease       LeaseConfig // the node's lease in the store (garbage collection)
 	// RootMode is how container roots (volumes made with CreateOptions.Startup)
 	// are made when their CreateOptions.Mode is empty (RootShared).
 	RootMode RootMode
@@ -222,6 +225,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
 		Logger:    log,
 		PageCache: cfg.NoDirectIO,
+		Observe:   cfg.ObserveFUSE,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)

@@ -58,6 +58,9 @@ type Options struct {
 	// image, not layers being unpacked): empty for the node's container_root.
 	RootMode node.RootMode
 	Logger   *slog.Logger
+	// OnError, if set, is told of every error the snapshotter answers containerd
+	// with, before it is mapped (slackerd's metrics count them by kind).
+	OnError func(err error)
 }
 
 // Snapshotter implements containerd's snapshots.Snapshotter and snapshots.Cleaner.
@@ -143,6 +146,14 @@ func MapError(err error) error {
 	return fmt.Errorf("%w: %w", class, err)
 }
 
+// mapError is MapError, telling Options.OnError of err first.
+func (s *Snapshotter) mapError(err error) error {
+	if s.o.OnError != nil {
+		s.o.OnError(err)
+	}
+	return MapError(err)
+}
+
 // Stat returns the info of the snapshot named key.
 func (s *Snapshotter) Stat(ctx context.Context, key string) (snapshots.Info, error) {
 	var info snapshots.Info
@@ -184,7 +195,7 @@ func (s *Snapshotter) Usage(ctx context.Context, key string) (snapshots.Usage, e
 	if info.Kind == snapshots.KindActive || info.Kind == snapshots.KindView {
 		v, err := s.n.Volume(s.volumeID(id))
 		if err != nil {
-			return usage, MapError(err)
+			return usage, s.mapError(err)
 		}
 		usage.Size = v.Stats.DeltaBytes
 	}
@@ -206,7 +217,7 @@ func (s *Snapshotter) Mounts(ctx context.Context, key string) ([]mount.Mount, er
 	ro := snap.Kind == snapshots.KindView
 	v, err := s.n.MountVolume(ctx, s.volumeID(snap.ID), ro)
 	if err != nil {
-		return nil, MapError(err)
+		return nil, s.mapError(err)
 	}
 	return bindMounts(v.Mountpoint, ro), nil
 }
@@ -283,12 +294,12 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 		}
 		if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: from, Startup: container, Mode: mode,
 			Labels: map[string]string{labels.Kind: labels.KindContainerd, labels.ContainerdKey: key}}); err != nil {
-			return fmt.Errorf("clone %s for %s: %w", from, key, MapError(err))
+			return fmt.Errorf("clone %s for %s: %w", from, key, s.mapError(err))
 		}
 		v, err := s.n.MountVolume(ctx, vid, ro)
 		if err != nil {
 			s.deleteVolume(context.WithoutCancel(ctx), vid)
-			return fmt.Errorf("mount %s: %w", key, MapError(err))
+			return fmt.Errorf("mount %s: %w", key, s.mapError(err))
 		}
 		mounts = bindMounts(v.Mountpoint, ro)
 		s.log.Debug("snapshot-prepared", "key", key, "parent", parent, "kind", kind.String(), "volume", vid, "from", from)
@@ -316,7 +327,7 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 			return fmt.Errorf("%w: the image names Slacker snapshot %s, which is not in this node's store: "+
 				"point slackerd at the store the image was pushed to (docs/containerd.md)", errdefs.ErrNotFound, snap)
 		}
-		return MapError(err)
+		return s.mapError(err)
 	}
 	err = s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
 		if _, _, _, err := storage.GetInfo(ctx, target); err == nil {
@@ -405,7 +416,7 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 		if d != nil {
 			if _, err := s.n.Map(ctx, d.Snapshot); err != nil {
 				return fmt.Errorf("commit %s: the Slacker layer names snapshot %s, which this node cannot read: %w "+
-					"(point slackerd at the store the image was pushed to)", key, d.Snapshot, MapError(err))
+					"(point slackerd at the store the image was pushed to)", key, d.Snapshot, s.mapError(err))
 			}
 			rec = record{Snapshot: d.Snapshot, Lazy: true}
 			s.log.Info("remote-snapshot-prepared", "key", key, "chain", name, "snapshot", d.Snapshot, "via", "layer")
@@ -414,7 +425,7 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 	if rec.Snapshot == "" {
 		res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
 		if err != nil {
-			return fmt.Errorf("commit %s: %w", key, MapError(err))
+			return fmt.Errorf("commit %s: %w", key, s.mapError(err))
 		}
 		rec, usage.Size = record{Snapshot: res.ID}, res.DeltaBytes
 		s.log.Info("snapshot-committed", "name", name, "key", key, "snapshot", res.ID, "delta_bytes", res.DeltaBytes,
@@ -455,7 +466,7 @@ func isUnpackKey(key string) bool {
 func (s *Snapshotter) slackerLayer(vid string) (*image.Descriptor, error) {
 	v, err := s.n.Volume(vid)
 	if err != nil {
-		return nil, MapError(err)
+		return nil, s.mapError(err)
 	}
 	if v.Mountpoint == "" {
 		return nil, nil
@@ -559,7 +570,7 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 			continue
 		}
 		if err := s.n.DeleteVolume(ctx, v.ID); err != nil && !errors.Is(err, slerrdefs.ErrNotFound) {
-			errs = append(errs, fmt.Errorf("cleanup volume %s: %w", v.ID, MapError(err)))
+			errs = append(errs, fmt.Errorf("cleanup volume %s: %w", v.ID, s.mapError(err)))
 			continue
 		}
 		s.log.Info("snapshot-volume-cleaned", "volume", v.ID)
@@ -635,27 +646,27 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	start := time.Now()
 	mk, err := s.n.MakeFilesystem(ctx, s.o.Size)
 	if err != nil {
-		return "", fmt.Errorf("make the blank filesystem: %w", MapError(err))
+		return "", fmt.Errorf("make the blank filesystem: %w", s.mapError(err))
 	}
 	vid := s.o.VolumePrefix + "base-" + fmt.Sprint(time.Now().UnixNano())
 	if _, err := s.n.CreateVolume(ctx, node.CreateOptions{ID: vid, Snapshot: mk.ID,
 		Labels: map[string]string{labels.Kind: labels.KindContainerdBase}}); err != nil {
-		return "", MapError(err)
+		return "", s.mapError(err)
 	}
 	defer s.deleteVolume(context.WithoutCancel(ctx), vid)
 	v, err := s.n.MountVolume(ctx, vid, false)
 	if err != nil {
-		return "", MapError(err)
+		return "", s.mapError(err)
 	}
 	if err := os.Remove(filepath.Join(v.Mountpoint, "lost+found")); err != nil && !os.IsNotExist(err) {
 		return "", fmt.Errorf("make the blank filesystem: %w", err)
 	}
 	if err := s.n.UnmountVolume(ctx, vid); err != nil {
-		return "", MapError(err)
+		return "", s.mapError(err)
 	}
 	res, err := s.n.SnapshotVolume(ctx, vid, node.SnapshotOptions{})
 	if err != nil {
-		return "", MapError(err)
+		return "", s.mapError(err)
 	}
 	saved.Size, saved.Snapshot = s.o.Size, res.ID
 	b, _ := json.Marshal(saved)
