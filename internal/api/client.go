@@ -78,6 +78,10 @@ func (c *Client) do(ctx context.Context, method, path string, in, out any) error
 		io.Copy(io.Discard, resp.Body)
 		return nil
 	}
+	if rb, ok := out.(rawBody); ok {
+		_, err := io.Copy(rb.w, resp.Body)
+		return err
+	}
 	if err := json.NewDecoder(resp.Body).Decode(out); err != nil {
 		return fmt.Errorf("decode slackerd's answer to %s %s: %w", method, path, err)
 	}
@@ -180,6 +184,60 @@ func (c *Client) TrimCache(ctx context.Context, keep int64) (TrimCacheResult, er
 func (c *Client) GC(ctx context.Context, r GCRequest, out any) error {
 	return c.do(ctx, "POST", "/v1/gc", r, out)
 }
+
+// GCProgress is GC, telling fn how far it has come as slackerd works.
+func (c *Client) GCProgress(ctx context.Context, r GCRequest, out any, fn func(ProgressEvent)) error {
+	r.Progress = true
+	return c.stream(ctx, "POST", "/v1/gc", r, out, fn)
+}
+
+// CheckProgress is Check, telling fn how far it has come as slackerd works.
+func (c *Client) CheckProgress(ctx context.Context, r CheckRequest, out any, fn func(ProgressEvent)) error {
+	r.Progress = true
+	return c.stream(ctx, "POST", "/v1/check", r, out, fn)
+}
+
+// stream makes a call whose answer is streamed (StreamLine): each progress line
+// goes to fn, the result into out.
+func (c *Client) stream(ctx context.Context, method, path string, in, out any, fn func(ProgressEvent)) error {
+	pr, pw := io.Pipe()
+	errc := make(chan error, 1)
+	go func() {
+		err := c.do(ctx, method, path, in, rawBody{pw})
+		pw.CloseWithError(err)
+		errc <- err
+	}()
+	defer func() { pr.Close(); <-errc }()
+	dec := json.NewDecoder(pr)
+	for {
+		var l StreamLine
+		if err := dec.Decode(&l); err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF // the stream ended before its result
+			}
+			return fmt.Errorf("slackerd's answer to %s %s: %w", method, path, err)
+		}
+		switch {
+		case l.Progress != nil:
+			if fn != nil {
+				fn(*l.Progress)
+			}
+		case l.Error != nil:
+			return errorOf(*l.Error)
+		default:
+			if out == nil {
+				return nil
+			}
+			if err := json.Unmarshal(l.Result, out); err != nil {
+				return fmt.Errorf("decode slackerd's answer to %s %s: %w", method, path, err)
+			}
+			return nil
+		}
+	}
+}
+
+// rawBody, as do's out, copies the answer's body to w as it arrives.
+type rawBody struct{ w io.Writer }
 
 // Check checks the store (with ReadData it reads every object); out receives the
 // gc.CheckReport.

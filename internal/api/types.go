@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -234,6 +235,8 @@ type GCRequest struct {
 	GraceSeconds float64  `json:"grace_seconds"`
 	SkewSeconds  float64  `json:"skew_seconds"` // negative: none
 	DryRun       bool     `json:"dry_run,omitempty"`
+	// Progress asks for a streamed answer (StreamLine): progress, then the result.
+	Progress bool `json:"progress,omitempty"`
 }
 
 // CheckRequest checks the node's store (package gc); the answer is a
@@ -241,4 +244,23 @@ type GCRequest struct {
 type CheckRequest struct {
 	Roots    []GCRoot `json:"roots,omitempty"`
 	ReadData bool     `json:"read_data,omitempty"`
+	// Progress asks for a streamed answer (StreamLine): progress, then the result.
+	Progress bool `json:"progress,omitempty"`
+}
+
+// ProgressEvent says how far a phase of a long call has come (gc: list, mark,
+// sweep; check: read).
+type ProgressEvent struct {
+	Phase string `json:"phase"`
+	Done  int64  `json:"done"`
+	Total int64  `json:"total,omitempty"` // 0: not known yet
+}
+
+// StreamLine is one line of a streamed answer (Content-Type
+// application/x-ndjson, asked for with a request's Progress): any number of
+// progress lines, then one with the result or the error.
+type StreamLine struct {
+	Progress *ProgressEvent  `json:"progress,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *ErrorBody      `json:"error,omitempty"`
 }

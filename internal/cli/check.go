@@ -2,7 +2,6 @@ package cli
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -37,27 +36,22 @@ leads to it; the exit code is 1 if there is any.`,
 				return err
 			}
 			rep := &gc.CheckReport{}
+			ph := &phases{r: e.reporter(), name: "check"}
 			if storeLoc != "" { // this process opens the store
 				st, err := e.openStore(storeLoc)
 				if err != nil {
 					return err
 				}
-				o := gc.CheckOptions{Roots: roots, ReadData: readData, Logger: e.log}
-				last := time.Now()
-				if readData && !e.jsonOut {
-					o.Progress = func(done, total int) {
-						if time.Since(last) > time.Second || done == total {
-							last = time.Now()
-							fmt.Fprintf(e.progress(), "read %d/%d objects\n", done, total)
-						}
-					}
-				}
+				o := gc.CheckOptions{Roots: roots, ReadData: readData, Logger: e.log,
+					Progress: func(done, total int) { ph.update("read", int64(done), int64(total)) }}
 				if rep, err = gc.Check(ctx, st, o); err != nil {
 					return fmt.Errorf("check: %w", err)
 				}
-			} else if err := e.client.Check(ctx, api.CheckRequest{Roots: apiRoots(roots), ReadData: readData}, rep); err != nil {
+			} else if err := e.client.CheckProgress(ctx, api.CheckRequest{Roots: apiRoots(roots), ReadData: readData}, rep,
+				func(p api.ProgressEvent) { ph.update(p.Phase, p.Done, p.Total) }); err != nil {
 				return fmt.Errorf("check: %w", err)
 			}
+			ph.end()
 			if e.jsonOut {
 				if err := e.printJSON(rep); err != nil {
 					return err
@@ -82,6 +76,7 @@ leads to it; the exit code is 1 if there is any.`,
 	f.BoolVar(&readData, "read-data", false, "read every object and verify its digest")
 	f.StringArrayVar(&refs, "registry", nil, "also check what this registry reference names (repeatable)")
 	f.StringVar(&storeLoc, "store", "", "open and check this store location here (default: slackerd checks its store)")
-	f.BoolVar(&e.jsonOut, "json", false, "print JSON")
+	f.BoolVar(&e.jsonOut, "json", false, "print JSON (progress too, on stderr)")
+	f.BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
 	return cmd
 }

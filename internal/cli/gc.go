@@ -68,19 +68,23 @@ again).`,
 				skew = -1 // none
 			}
 			rep := &gc.Report{}
+			ph := &phases{r: e.reporter(), name: "gc"}
 			if storeLoc != "" { // this process opens the store
 				st, err := e.openStore(storeLoc)
 				if err != nil {
 					return err
 				}
-				rep, err = gc.Collect(ctx, st, gc.Options{Roots: roots, Grace: grace, DryRun: dryRun, Skew: skew, Logger: e.log})
+				rep, err = gc.Collect(ctx, st, gc.Options{Roots: roots, Grace: grace, DryRun: dryRun, Skew: skew, Logger: e.log,
+					Progress: ph.update})
 				if err != nil {
 					return fmt.Errorf("gc: %w", err)
 				}
-			} else if err := e.client.GC(ctx, api.GCRequest{Roots: apiRoots(roots), GraceSeconds: grace.Seconds(),
-				SkewSeconds: skew.Seconds(), DryRun: dryRun}, rep); err != nil { // slackerd, which has the store open
+			} else if err := e.client.GCProgress(ctx, api.GCRequest{Roots: apiRoots(roots), GraceSeconds: grace.Seconds(),
+				SkewSeconds: skew.Seconds(), DryRun: dryRun}, rep,
+				func(p api.ProgressEvent) { ph.update(p.Phase, p.Done, p.Total) }); err != nil { // slackerd, which has the store open
 				return fmt.Errorf("gc: %w", err)
 			}
+			ph.end()
 			if e.jsonOut {
 				return e.printJSON(rep)
 			}
@@ -115,7 +119,8 @@ again).`,
 	f.StringVar(&storeLoc, "store", "", "open and collect this store location here (default: slackerd collects its store)")
 	f.BoolVar(&cacheOnly, "cache", false, "trim this node's chunk cache instead of collecting the store")
 	f.StringVar(&keep, "keep", "0", "with --cache: keep this much of the hottest cached data")
-	f.BoolVar(&e.jsonOut, "json", false, "print JSON")
+	f.BoolVar(&e.jsonOut, "json", false, "print JSON (progress too, on stderr)")
+	f.BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
 	return cmd
 }
 

@@ -58,10 +58,11 @@ A plain path is recognized by its content.`,
 				return err
 			}
 			defer src.Close()
-			fmt.Fprintf(e.progress(), "converting %s (%s)\n", args[0], src.Kind)
+			rep := e.reporter()
+			rep.Step("converting %s (%s)", args[0], src.Kind)
 			d, st, err := convert.Convert(ctx, src, convert.Options{
 				Node: e.client, Chains: e.names, Size: size, NoDevices: noDevices,
-				Progress: e.progress(), Logger: e.log,
+				Progress: rep, Logger: e.log,
 			})
 			if err != nil {
 				return fmt.Errorf("convert %s: %w", args[0], err)
@@ -156,6 +157,8 @@ func newPush(e *env) *cobra.Command {
 				return err
 			}
 			start := time.Now()
+			e.reporter().Step("pushing %s (%s of data in the store, which stays there) to %s", args[0],
+				units.Bytes(en.Descriptor.DataSize), args[1])
 			res, err := registry.Push(ctx, args[1], en.Descriptor, e.regOpts())
 			if err != nil {
 				return err
@@ -169,6 +172,7 @@ func newPush(e *env) *cobra.Command {
 		},
 	}
 	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
+	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
 	return cmd
 }
 
@@ -206,7 +210,7 @@ func (e *env) convertOnPull(ctx context.Context, ref string) (*image.Descriptor,
 		return nil, nil, err
 	}
 	defer src.Close()
-	d, st, err := convert.Convert(ctx, src, convert.Options{Node: e.client, Chains: e.names, Progress: e.progress(), Logger: e.log})
+	d, st, err := convert.Convert(ctx, src, convert.Options{Node: e.client, Chains: e.names, Progress: e.reporter(), Logger: e.log})
 	if err != nil {
 		return nil, nil, fmt.Errorf("convert %s: %w", ref, err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/containers"
 	"github.com/slacker-dev/slacker/internal/names"
+	"github.com/slacker-dev/slacker/internal/progress"
 	"github.com/slacker-dev/slacker/internal/registry"
 )
 
@@ -153,10 +154,39 @@ func (e *env) table() *tabwriter.Writer {
 	return tabwriter.NewWriter(e.stdout, 0, 4, 3, ' ', 0)
 }
 
-// progress is where long commands report steps (nowhere with -q).
-func (e *env) progress() io.Writer {
-	if e.quiet {
-		return io.Discard
+// reporter is how long commands show their progress, on stderr: a bar on a
+// terminal, plain lines elsewhere, JSON lines with --json, nothing with -q.
+func (e *env) reporter() progress.Reporter {
+	return progress.New(e.stderr, progress.Options{Quiet: e.quiet, JSON: e.jsonOut})
+}
+
+// phases shows the phases of a long call (gc: list, mark, sweep; check: read) as
+// tasks of r, one after the other.
+type phases struct {
+	r     progress.Reporter
+	name  string // the command's, before each phase's name
+	phase string
+	done  int64
+	task  progress.Task
+}
+
+// update is told how far phase has come.
+func (p *phases) update(phase string, done, total int64) {
+	if phase != p.phase {
+		p.end()
+		p.phase, p.done = phase, 0
+		p.task = p.r.Start(p.name+": "+phase, total, progress.Items)
 	}
-	return e.stderr
+	if done > p.done {
+		p.task.Add(done - p.done)
+		p.done = done
+	}
+}
+
+// end ends the phase under way.
+func (p *phases) end() {
+	if p.task != nil {
+		p.task.Done()
+		p.task = nil
+	}
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
+	"github.com/slacker-dev/slacker/internal/progress"
 	"github.com/slacker-dev/slacker/internal/units"
 )
 
@@ -50,8 +51,9 @@ type Options struct {
 	// NoDevices refuses layers with device nodes (they are allowed by default:
 	// debootstrap-made images carry /dev entries).
 	NoDevices bool
-	// Progress receives one line per step (nil: none).
-	Progress io.Writer
+	// Progress is told of each step, and of each layer's bytes as they are read
+	// (nil: nothing).
+	Progress progress.Reporter
 	Logger   *slog.Logger
 
 	stored bool // layers are read as stored (docker-archive)
@@ -80,17 +82,16 @@ func layerKey(size int64, chainID digest.Digest, noDevices bool) digest.Digest {
 	return digest.FromString(fmt.Sprintf("%s layer size=%d devices=%v chain=%s", keyVersion, size, !noDevices, chainID))
 }
 
-func (o *Options) printf(format string, args ...any) {
-	if o.Progress != nil {
-		fmt.Fprintf(o.Progress, format+"\n", args...)
-	}
-}
+func (o *Options) printf(format string, args ...any) { o.Progress.Step(format, args...) }
 
 // Convert makes the snapshots of img and returns its descriptor.
 func Convert(ctx context.Context, src *Source, o Options) (*image.Descriptor, *Stats, error) {
 	start := time.Now()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Progress == nil {
+		o.Progress = progress.Discard
 	}
 	img := src.Image
 	o.stored = src.Kind == "docker-archive"
@@ -215,7 +216,10 @@ func (o *Options) applyLayer(ctx context.Context, parent digest.Digest, l v1.Lay
 			o.Logger.Warn("convert-volume-delete-failed", "volume", id, "err", err)
 		}
 	}()
-	un, err := openLayer(l, o.stored)
+	size, _ := l.Size() // of the blob as stored
+	task := o.Progress.Start(fmt.Sprintf("layer %d/%d %s", i+1, n, short(diffID)), size, progress.Bytes)
+	defer task.Done()
+	un, err := openLayer(l, o.stored, task)
 	if err != nil {
 		return none, archive.Stats{}, err
 	}
@@ -260,20 +264,20 @@ func (o *Options) applyLayer(ctx context.Context, parent digest.Digest, l v1.Lay
 // archive.Decompress (gzip, zstd or plain, with bounded decoder memory); layers of a
 // docker-archive are read as stored, since asking for their compressed form would
 // gzip them on the fly.
-func openLayer(l v1.Layer, stored bool) (io.ReadCloser, error) {
+func openLayer(l v1.Layer, stored bool, task progress.Task) (io.ReadCloser, error) {
 	mt, err := l.MediaType()
 	if stored || (err == nil && (mt == types.DockerUncompressedLayer || mt == types.OCIUncompressedLayer)) {
 		rc, err := l.Uncompressed()
 		if err != nil {
 			return nil, fmt.Errorf("open layer: %w", err)
 		}
-		return rc, nil
+		return readCloser{progress.Reader(rc, task), rc.Close}, nil
 	}
 	rc, err := l.Compressed()
 	if err != nil {
 		return nil, fmt.Errorf("open layer: %w", err)
 	}
-	un, err := archive.Decompress(rc)
+	un, err := archive.Decompress(progress.Reader(rc, task)) // the blob's bytes, as the task counts them
 	if err != nil {
 		rc.Close()
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -397,14 +398,14 @@ func (s *Server) collect(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	st := s.streamer(w, r, req.Progress)
 	rep, err := gc.Collect(r.Context(), s.node.Store(), gc.Options{Roots: gcRoots(req.Roots), DryRun: req.DryRun, Logger: s.log,
-		Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Skew: time.Duration(req.SkewSeconds * float64(time.Second))})
-	if err != nil {
-		s.fail(w, r, err)
-		return
+		Grace: time.Duration(req.GraceSeconds * float64(time.Second)), Skew: time.Duration(req.SkewSeconds * float64(time.Second)),
+		Progress: st.progress})
+	if err == nil {
+		s.log.Info("gc-done", "epoch", rep.Epoch, "deleted", rep.Deleted, "deleted_bytes", rep.DeletedBytes, "dry_run", rep.DryRun)
 	}
-	s.log.Info("gc-done", "epoch", rep.Epoch, "deleted", rep.Deleted, "deleted_bytes", rep.DeletedBytes, "dry_run", rep.DryRun)
-	writeJSON(w, 200, rep)
+	st.answer(rep, err)
 }
 
 func (s *Server) check(w http.ResponseWriter, r *http.Request) {
@@ -413,10 +414,86 @@ func (s *Server) check(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
-	rep, err := gc.Check(r.Context(), s.node.Store(), gc.CheckOptions{Roots: gcRoots(req.Roots), ReadData: req.ReadData, Logger: s.log})
-	if err != nil {
-		s.fail(w, r, err)
+	st := s.streamer(w, r, req.Progress)
+	rep, err := gc.Check(r.Context(), s.node.Store(), gc.CheckOptions{Roots: gcRoots(req.Roots), ReadData: req.ReadData, Logger: s.log,
+		Progress: func(done, total int) { st.progress("read", int64(done), int64(total)) }})
+	st.answer(rep, err)
+}
+
+// streamer answers a long call: at once with its result (or error), or, when the
+// request asked for progress, as a stream of api.StreamLine (progress lines, at
+// most one every 200 ms and each phase's last, then the result or the error).
+type streamer struct {
+	s      *Server
+	w      http.ResponseWriter
+	r      *http.Request
+	stream bool
+	mu     sync.Mutex
+	last   time.Time
+	phase  string
+}
+
+func (s *Server) streamer(w http.ResponseWriter, r *http.Request, stream bool) *streamer {
+	st := &streamer{s: s, w: w, r: r, stream: stream}
+	if stream {
+		w.Header().Set("Content-Type", "application/x-ndjson")
+		w.WriteHeader(200)
+		st.flush()
+	}
+	return st
+}
+
+func (st *streamer) flush() {
+	if f, ok := st.w.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (st *streamer) line(l api.StreamLine) {
+	json.NewEncoder(st.w).Encode(l)
+	st.flush()
+}
+
+// progress sends a progress line (a func for gc's Progress hooks).
+func (st *streamer) progress(phase string, done, total int64) {
+	if !st.stream {
 		return
 	}
-	writeJSON(w, 200, rep)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	now := time.Now()
+	if phase == st.phase && now.Sub(st.last) < 200*time.Millisecond && (total == 0 || done < total) {
+		return
+	}
+	st.phase, st.last = phase, now
+	st.line(api.StreamLine{Progress: &api.ProgressEvent{Phase: phase, Done: done, Total: total}})
+}
+
+// answer sends the result, or the error.
+func (st *streamer) answer(result any, err error) {
+	if !st.stream {
+		if err != nil {
+			st.s.fail(st.w, st.r, err)
+			return
+		}
+		writeJSON(st.w, 200, result)
+		return
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if err != nil {
+		if st.s.onError != nil {
+			st.s.onError(err)
+		}
+		_, body := ErrorAnswer(err)
+		st.line(api.StreamLine{Error: &body})
+		return
+	}
+	b, merr := json.Marshal(result)
+	if merr != nil {
+		_, body := ErrorAnswer(merr)
+		st.line(api.StreamLine{Error: &body})
+		return
+	}
+	st.line(api.StreamLine{Result: b})
 }

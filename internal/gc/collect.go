@@ -48,6 +48,11 @@ type Options struct {
 	// lease's expiry (zero: one minute; negative: none).
 	Skew   time.Duration
 	Logger *slog.Logger
+	// Progress, if set, is told how far each phase has come: "list" (objects
+	// listed; total 0, not known until the end), "mark" (roots whose snapshots
+	// were read, of the roots), "sweep" (candidates deleted or spared, of them).
+	// It is called often; it must be quick.
+	Progress func(phase string, done, total int64)
 
 	now       func() time.Time
 	beforeDel func() // test hook: called before each batch of deletions
@@ -164,18 +169,22 @@ func (c *collector) run(ctx context.Context) error {
 		c.objs[i.Digest] = i
 		c.rep.Objects++
 		c.rep.Bytes += i.StoredBytes()
+		c.progress("list", int64(c.rep.Objects), 0)
 		return nil
 	})
 	if err != nil {
 		return fmt.Errorf("list the store: %w", err)
 	}
+	c.progress("list", int64(c.rep.Objects), int64(c.rep.Objects))
 	if err := c.readLeases(ctx, true); err != nil {
 		return err
 	}
-	for _, r := range c.o.Roots {
+	c.progress("mark", 0, int64(len(c.o.Roots)))
+	for i, r := range c.o.Roots {
 		if err := c.markSnapshot(ctx, r.Snapshot, r.From); err != nil {
 			return err
 		}
+		c.progress("mark", int64(i+1), int64(len(c.o.Roots)))
 	}
 	if err := c.markYoungMaps(ctx); err != nil {
 		return err
@@ -231,6 +240,13 @@ func (c *collector) sweepTraces(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// progress tells Options.Progress how far a phase has come.
+func (c *collector) progress(phase string, done, total int64) {
+	if c.o.Progress != nil {
+		c.o.Progress(phase, done, total)
+	}
 }
 
 func (c *collector) young(i store.Info) bool {
@@ -378,6 +394,8 @@ const batchSize = 256
 // holds the store, and reads leases again: a snapshot put to use or an upload
 // registered since the first read saves its objects.
 func (c *collector) sweep(ctx context.Context, cands []digest.Digest) error {
+	total, done := int64(len(cands)), int64(0)
+	c.progress("sweep", 0, total)
 	for len(cands) > 0 {
 		n := min(batchSize, len(cands))
 		batch := cands[:n]
@@ -415,6 +433,8 @@ func (c *collector) sweep(ctx context.Context, cands []digest.Digest) error {
 			}
 			c.deleted[d] = true
 		}
+		done += int64(n)
+		c.progress("sweep", done, total)
 		c.log.Debug("gc-batch", "deleted", c.rep.Deleted, "left", len(cands))
 	}
 	return nil
