@@ -195,7 +195,7 @@ func run(cfg config.Daemon) error {
 	var snapSrv *snapshotter.Server
 	if r.SnapshotterSocket != "" {
 		sn, err := snapshotter.New(n, snapshotter.Options{Dir: filepath.Join(r.Root, "snapshotter"), Logger: log,
-			OnError: onError(metrics.WhereSnapshotter)})
+			OnError: onError(metrics.WhereSnapshotter), Store: storeDesc})
 		var l net.Listener
 		if err == nil {
 			defer sn.Close()

@@ -192,8 +192,7 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 	}
 	if _, err := e.client.Snapshot(ctx, d.Snapshot); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
-			return nil, nil, errdefs.Errorf(errdefs.ErrNotFound, "%s names snapshot %s, which is not in this node's store (%s): the node that pushed it must share the store",
-				ref, d.Snapshot, e.info.Store)
+			return nil, nil, image.NotInStore(ref, d.Snapshot, e.info.Store)
 		}
 		return nil, nil, err
 	}

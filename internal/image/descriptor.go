@@ -148,3 +148,13 @@ func ChainID(parent, diffID digest.Digest) digest.Digest {
 	}
 	return digest.FromString(parent.String() + " " + diffID.String())
 }
+
+// NotInStore is the error every path answers for an image whose snapshot the
+// node's store does not have (`slacker pull`, a containerd or CRI pull through the
+// snapshotter): the image, the snapshot, the node's store, and what to do.
+// It is errdefs.ErrNotFound.
+func NotInStore(image string, snapshot digest.Digest, store string) error {
+	return errdefs.Errorf(errdefs.ErrNotFound, "%s names snapshot %s, which is not in this node's store (%s): "+
+		"the node that pushed it must share the store, or slackerd must be pointed at the store it was pushed to (docs/containerd.md)",
+		image, snapshot, store)
+}

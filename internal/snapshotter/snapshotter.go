@@ -61,6 +61,9 @@ type Options struct {
 	// OnError, if set, is told of every error the snapshotter answers containerd
 	// with, before it is mapped (slackerd's metrics count them by kind).
 	OnError func(err error)
+	// Store describes the node's store, for the error that says an image's
+	// snapshot is not in it.
+	Store string
 }
 
 // Snapshotter implements containerd's snapshots.Snapshotter and snapshots.Cleaner.
@@ -324,8 +327,11 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	m, err := s.n.Map(ctx, snap)
 	if err != nil {
 		if errors.Is(err, slerrdefs.ErrNotFound) {
-			return fmt.Errorf("%w: the image names Slacker snapshot %s, which is not in this node's store: "+
-				"point slackerd at the store the image was pushed to (docs/containerd.md)", errdefs.ErrNotFound, snap)
+			name := imageOf(opts)
+			if name == "" {
+				name = "the image"
+			}
+			return s.mapError(image.NotInStore(name, snap, s.o.Store))
 		}
 		return s.mapError(err)
 	}

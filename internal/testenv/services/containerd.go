@@ -10,8 +10,8 @@ import (
 	"time"
 )
 
-// Containerd is a running containerd with its own root, state and socket (CRI off),
-// for the overlayfs baseline and snapshotter tests.
+// Containerd is a running containerd with its own root, state and socket (CRI off
+// unless asked for), for the overlayfs baseline, snapshotter and CRI tests.
 type Containerd struct {
 	Dir    string
 	Socket string
@@ -25,6 +25,20 @@ type ContainerdOptions struct {
 	Dir string
 	// ProxySnapshotters maps snapshotter names to the gRPC sockets serving them.
 	ProxySnapshotters map[string]string
+	// CRI, if set, turns containerd's CRI plugin on (the kubelet's API, on the
+	// same socket), configured as docs/containerd.md says.
+	CRI *CRIOptions
+}
+
+// CRIOptions configure containerd's CRI plugin.
+type CRIOptions struct {
+	// Snapshotter is the pods' snapshotter ("slacker"); disable_snapshot_annotations
+	// is off, so that CRI passes each layer's annotations to it.
+	Snapshotter string
+	// SandboxImage is the pause image of every pod sandbox.
+	SandboxImage string
+	// PlainHTTP lists registries (host:port) CRI pulls from over plain HTTP.
+	PlainHTTP []string
 }
 
 // StartContainerd starts containerd and waits until `ctr version` answers.
@@ -37,17 +51,49 @@ func StartContainerd(ctx context.Context, o ContainerdOptions) (*Containerd, err
 	}
 	sock := filepath.Join(o.Dir, "containerd.sock")
 	var b strings.Builder
+	disabled := `disabled_plugins = ["io.containerd.grpc.v1.cri"]`
+	if o.CRI != nil {
+		disabled = ""
+	}
 	fmt.Fprintf(&b, `version = 2
 root = %q
 state = %q
-disabled_plugins = ["io.containerd.grpc.v1.cri"]
+%s
 [grpc]
   address = %q
 [ttrpc]
   address = %q
 [plugins."io.containerd.internal.v1.opt"]
   path = %q
-`, filepath.Join(o.Dir, "root"), filepath.Join(o.Dir, "state"), sock, sock+".ttrpc", filepath.Join(o.Dir, "opt"))
+`, filepath.Join(o.Dir, "root"), filepath.Join(o.Dir, "state"), disabled, sock, sock+".ttrpc", filepath.Join(o.Dir, "opt"))
+	if c := o.CRI; c != nil {
+		// Pods get the host's network here (no CNI plugins): CNI's directories
+		// are empty ones of this containerd's own.
+		fmt.Fprintf(&b, `[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = %q
+  disable_apparmor = true
+  # CI's root lacks CAP_SYS_RESOURCE: it cannot lower an oom_score_adj, which
+  # CRI does for every sandbox (-998) unless restricted to containerd's own.
+  restrict_oom_score_adj = true
+  [plugins."io.containerd.grpc.v1.cri".containerd]
+    snapshotter = %q
+    disable_snapshot_annotations = false
+    default_runtime_name = "runc"
+    [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]
+      runtime_type = "io.containerd.runc.v2"
+  [plugins."io.containerd.grpc.v1.cri".cni]
+    bin_dir = %q
+    conf_dir = %q
+`, c.SandboxImage, c.Snapshotter, filepath.Join(o.Dir, "cni", "bin"), filepath.Join(o.Dir, "cni", "conf"))
+		for _, r := range c.PlainHTTP {
+			fmt.Fprintf(&b, "  [plugins.\"io.containerd.grpc.v1.cri\".registry.mirrors.%q]\n    endpoint = [%q]\n", r, "http://"+r)
+		}
+		for _, d := range []string{"bin", "conf"} {
+			if err := os.MkdirAll(filepath.Join(o.Dir, "cni", d), 0o755); err != nil {
+				return nil, fmt.Errorf("start containerd: %w", err)
+			}
+		}
+	}
 	if len(o.ProxySnapshotters) > 0 {
 		b.WriteString("[proxy_plugins]\n")
 		for name, addr := range o.ProxySnapshotters {

@@ -1,0 +1,277 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	"github.com/google/go-containerregistry/pkg/v1/layout"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// pushPause pushes the Debian layout as a pod sandbox image: its entrypoint
+// sleeps until stopped, as the pause image's does (no registry.k8s.io here).
+func pushPause(t *testing.T, layoutDir, ref string) {
+	t.Helper()
+	p, err := layout.FromPath(layoutDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := p.ImageIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := idx.IndexManifest()
+	if err != nil || len(m.Manifests) == 0 {
+		t.Fatalf("layout index: %v", err)
+	}
+	img, err := idx.Image(m.Manifests[0].Digest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := img.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := cf.Config
+	cfg.Entrypoint, cfg.Cmd = []string{"sleep", "infinity"}, nil
+	if img, err = mutate.Config(img, cfg); err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// criClients dials containerd's CRI service as the kubelet does.
+func criClients(t *testing.T, socket string) (cri.RuntimeServiceClient, cri.ImageServiceClient) {
+	t.Helper()
+	conn, err := grpc.Dial("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return cri.NewRuntimeServiceClient(conn), cri.NewImageServiceClient(conn)
+}
+
+// TestCRI drives containerd's CRI plugin, configured with the Slacker
+// snapshotter as docs/containerd.md says, the way the kubelet does: a Slacker
+// image is pulled (nothing downloaded or unpacked: the snapshotter logs a remote
+// snapshot prepared by label) and its container started lazily in a pod, its log
+// read back; an ordinary image runs in the same pod; a second pod of the Slacker
+// image reuses what the first fetched; both pods are stopped and removed. An image
+// whose snapshot is not in the node's store fails the pull with the message
+// `slacker pull` gives.
+func TestCRI(t *testing.T) {
+	testutil.RequireTool(t, "runc", "docker-registry", "containerd", "ctr")
+	layoutDir := testenv.DebianOCI(t)
+	ctx := context.Background()
+	work := t.TempDir()
+	store := filepath.Join(work, "store")
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	slackerRef := reg.Addr + "/slacker/debian:bookworm"
+	plainRef := reg.Addr + "/oci/debian:whiteouts"
+	pauseRef := reg.Addr + "/oci/pause:test"
+	elsewhereRef := reg.Addr + "/slacker/elsewhere:v1"
+
+	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
+	cli(t, a, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "debian:bookworm")
+	cli(t, a, 0, "push", "debian:bookworm", slackerRef)
+	var images []struct {
+		Descriptor struct {
+			DataSize int64 `json:"dataSize"`
+		} `json:"descriptor"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
+		t.Fatalf("images: %v", err)
+	}
+	a.Stop()
+	// An image whose chunks went to another store.
+	other := testenv.StartProcess(t, filepath.Join(work, "nodeOther"), filepath.Join(work, "otherstore"))
+	cli(t, other, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "elsewhere:v1")
+	cli(t, other, 0, "run", "--name", "w", "elsewhere:v1", "--", "sh", "-c", "echo mine > /etc/motd")
+	cli(t, other, 0, "commit", "w", "elsewhere:v2")
+	cli(t, other, 0, "push", "elsewhere:v2", elsewhereRef)
+	other.Stop()
+	pushOrdinary(t, layoutDir, plainRef)
+	pushPause(t, layoutDir, pauseRef)
+
+	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store)
+	cdir, err := os.MkdirTemp("", "cri-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(cdir) })
+	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir,
+		ProxySnapshotters: map[string]string{"slacker": filepath.Join(b.Root, "snapshotter.sock")},
+		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: pauseRef, PlainHTTP: []string{reg.Addr}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	rt, is := criClients(t, c.Socket)
+	if v, err := rt.Version(ctx, &cri.VersionRequest{}); err != nil {
+		t.Fatalf("CRI version: %v", err)
+	} else {
+		t.Logf("CRI: %s %s, API %s", v.RuntimeName, v.RuntimeVersion, v.RuntimeApiVersion)
+	}
+	fetched := func() int64 {
+		t.Helper()
+		st, err := api.NewClient(b.Socket).Stats(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Fetch.FetchedBytes
+	}
+	logs := filepath.Join(work, "pods")
+	// pod runs a sandbox and, in it, one container of image with cmd, and returns
+	// the pod's ID and the container's log once it exited.
+	pod := func(podName, image string, cmd ...string) (string, string) {
+		t.Helper()
+		sbCfg := &cri.PodSandboxConfig{
+			Metadata:     &cri.PodSandboxMetadata{Name: podName, Namespace: "default", Uid: podName + "-uid"},
+			LogDirectory: filepath.Join(logs, podName),
+			Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
+				NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
+		}
+		if _, err := is.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: image}, SandboxConfig: sbCfg}); err != nil {
+			t.Fatalf("PullImage %s: %v", image, err)
+		}
+		sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sbCfg})
+		if err != nil {
+			t.Fatalf("RunPodSandbox %s: %v\ncontainerd's log:\n%s", podName, err, tailFile(filepath.Join(cdir, "containerd.log")))
+		}
+		ct, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg,
+			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: "main"}, Image: &cri.ImageSpec{Image: image},
+				Command: cmd, LogPath: "main.log"}})
+		if err != nil {
+			t.Fatalf("CreateContainer in %s: %v", podName, err)
+		}
+		if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ct.ContainerId}); err != nil {
+			t.Fatalf("StartContainer in %s: %v", podName, err)
+		}
+		deadline := time.Now().Add(time.Minute)
+		for {
+			st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: ct.ContainerId})
+			if err != nil {
+				t.Fatalf("ContainerStatus: %v", err)
+			}
+			if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
+				if st.Status.ExitCode != 0 {
+					t.Fatalf("container in %s exited %d: %s", podName, st.Status.ExitCode, st.Status.Message)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("container in %s still %s after a minute", podName, st.Status.State)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		b, err := os.ReadFile(filepath.Join(logs, podName, "main.log"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sb.PodSandboxId, string(b)
+	}
+	// The CRI log format: "TIME stdout F LINE".
+	logLine := func(log string) string {
+		for _, l := range strings.Split(log, "\n") {
+			if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[1] == "stdout" {
+				return f[3]
+			}
+		}
+		return ""
+	}
+
+	before := fetched()
+	pod1, log1 := pod("pod1", slackerRef, "cat", "/etc/debian_version")
+	if got := logLine(log1); !strings.HasPrefix(got, "12.") {
+		t.Fatalf("the Slacker image's container logged %q", log1)
+	}
+	if !strings.Contains(b.Log(), `"msg":"remote-snapshot-prepared"`) || !strings.Contains(b.Log(), `"via":"label"`) {
+		t.Fatalf("no remote-snapshot-prepared via=label in slackerd's log: CRI did not pass the layer's labels")
+	}
+	first := fetched() - before
+	checkLazyShare(t, "a CRI pod of the Slacker image", first, images[0].Descriptor.DataSize)
+
+	// An ordinary image in the same pod's node: unpacked, and it runs.
+	plainPod, logPlain := pod("plain", plainRef, "cat", "/etc/added")
+	if got := logLine(logPlain); got != "added" {
+		t.Fatalf("the ordinary image's container logged %q", logPlain)
+	}
+	if !strings.Contains(b.Log(), `"msg":"snapshot-not-lazy"`) {
+		t.Fatal("no snapshot-not-lazy for the ordinary image in slackerd's log")
+	}
+
+	// A second pod of the Slacker image reuses what the first fetched.
+	before = fetched()
+	pod2, log2 := pod("pod2", slackerRef, "cat", "/etc/debian_version")
+	if got := logLine(log2); !strings.HasPrefix(got, "12.") {
+		t.Fatalf("the second pod's container logged %q", log2)
+	}
+	if second := fetched() - before; second > first/4 {
+		t.Fatalf("the second pod fetched %d bytes, the first %d: want the node's cache reused", second, first)
+	}
+
+	for _, id := range []string{pod1, plainPod, pod2} {
+		if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("StopPodSandbox: %v", err)
+		}
+		if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("RemovePodSandbox: %v", err)
+		}
+	}
+	if list, err := rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("pods left: %v %v", list, err)
+	}
+
+	// An image whose snapshot is not in this node's store: the pull fails with
+	// slacker pull's message.
+	_, err = is.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: elsewhereRef}})
+	_, pullErr, code := b.CLI(t, "pull", elsewhereRef)
+	if err == nil || code == 0 {
+		t.Fatalf("pull of an image from another store: CRI %v, slacker pull exit %d", err, code)
+	}
+	want := "which is not in this node's store"
+	if !strings.Contains(err.Error(), want) || !strings.Contains(pullErr, want) {
+		t.Fatalf("CRI says %q\nslacker pull says %q\nwant both to say %q", err, pullErr, want)
+	}
+	if msg := fmt.Sprint(err); !strings.Contains(msg, "the node that pushed it must share the store") {
+		t.Fatalf("CRI's error gives no advice: %s", msg)
+	}
+}
+
+// tailFile returns the end of a log file, for a failure message.
+func tailFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	if len(b) > 4000 {
+		b = b[len(b)-4000:]
+	}
+	return string(b)
+}
