@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
-packages=(fuse3 e2fsprogs runc containerd docker-registry skopeo umoci debootstrap tar iproute2 util-linux ca-certificates gcc libc6-dev docker.io)
+packages=(fuse3 e2fsprogs runc containerd containernetworking-plugins iptables docker-registry skopeo umoci debootstrap tar iproute2 util-linux ca-certificates gcc libc6-dev docker.io)
 # The evaluation (docs/EVALUATION.md): fio, filesystems to compare, server benchmarks.
 packages+=(fio xfsprogs btrfs-progs postgresql-client redis-tools wrk)
 missing=()

@@ -162,7 +162,7 @@ func TestCRI(t *testing.T) {
 		}
 		sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sbCfg})
 		if err != nil {
-			t.Fatalf("RunPodSandbox %s: %v\ncontainerd's log:\n%s", podName, err, tailFile(filepath.Join(cdir, "containerd.log")))
+			t.Fatalf("RunPodSandbox %s: %v\ncontainerd's log:\n%s", podName, err, tailString(readFile(filepath.Join(cdir, "containerd.log")), 4000))
 		}
 		ct, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg,
 			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: "main"}, Image: &cri.ImageSpec{Image: image},
@@ -264,14 +264,12 @@ func TestCRI(t *testing.T) {
 	}
 }
 
-// tailFile returns the end of a log file, for a failure message.
-func tailFile(path string) string {
+// readFile returns a file's content, or why it could not be read (for a
+// failure message).
+func readFile(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
-	}
-	if len(b) > 4000 {
-		b = b[len(b)-4000:]
 	}
 	return string(b)
 }

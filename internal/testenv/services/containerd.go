@@ -28,6 +28,10 @@ type ContainerdOptions struct {
 	// CRI, if set, turns containerd's CRI plugin on (the kubelet's API, on the
 	// same socket), configured as docs/containerd.md says.
 	CRI *CRIOptions
+	// NetNS, if set, is the network namespace (/run/netns/NAME) containerd runs
+	// in, and so its containers' networks: what CNI sets up for them (bridges,
+	// iptables rules) goes with the namespace.
+	NetNS string
 }
 
 // CRIOptions configure containerd's CRI plugin.
@@ -104,7 +108,16 @@ state = %q
 	if err := os.WriteFile(cfg, []byte(b.String()), 0o600); err != nil {
 		return nil, err
 	}
-	p, err := startProcess("containerd", filepath.Join(o.Dir, "containerd.log"), "--config", cfg)
+	var p *process
+	var err error
+	if o.NetNS != "" {
+		if _, err := exec.LookPath("containerd"); err != nil {
+			return nil, fmt.Errorf("containerd is not installed (install it with apt-get, see README): %w", err)
+		}
+		p, err = startProcess("nsenter", filepath.Join(o.Dir, "containerd.log"), "--net="+o.NetNS, "--", "containerd", "--config", cfg)
+	} else {
+		p, err = startProcess("containerd", filepath.Join(o.Dir, "containerd.log"), "--config", cfg)
+	}
 	if err != nil {
 		return nil, err
 	}
