@@ -174,15 +174,8 @@ func writeEntry(tw *tar.Writer, rootFd int, rel string, links map[uint64]string,
 	default:
 		return nil // sockets are not carried in layers
 	}
-	xs, err := fdio.Xattrs(fd, opath, opts.Xattrs)
-	if err != nil {
-		return fmt.Errorf("xattrs: %w", err)
-	}
-	for k, v := range xs {
-		if hdr.PAXRecords == nil {
-			hdr.PAXRecords = map[string]string{}
-		}
-		hdr.PAXRecords[xattrPAXPrefix+k] = string(v)
+	if err := addXattrs(hdr, fd, opath, opts); err != nil {
+		return err
 	}
 	if err := tw.WriteHeader(hdr); err != nil {
 		return err
@@ -209,7 +202,16 @@ func writeRoot(tw *tar.Writer, rootFd int, opts WriteOptions) error {
 	}
 	hdr := &tar.Header{Typeflag: tar.TypeDir, Name: "./", Mode: int64(st.Mode & 0o7777), Uid: int(st.Uid),
 		Gid: int(st.Gid), ModTime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec), Format: tar.FormatPAX}
-	xs, err := fdio.Xattrs(rootFd, false, opts.Xattrs)
+	if err := addXattrs(hdr, rootFd, false, opts); err != nil {
+		return err
+	}
+	return tw.WriteHeader(hdr)
+}
+
+// addXattrs puts the xattrs of the file open as fd that opts carries into hdr's
+// PAX records.
+func addXattrs(hdr *tar.Header, fd int, opath bool, opts WriteOptions) error {
+	xs, err := fdio.Xattrs(fd, opath, opts.Xattrs)
 	if err != nil {
 		return fmt.Errorf("xattrs: %w", err)
 	}
@@ -219,5 +221,5 @@ func writeRoot(tw *tar.Writer, rootFd int, opts WriteOptions) error {
 		}
 		hdr.PAXRecords[xattrPAXPrefix+k] = string(v)
 	}
-	return tw.WriteHeader(hdr)
+	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -54,10 +53,10 @@ func whiteoutLayer(t *testing.T) v1.Layer {
 	return l
 }
 
-// pushOrdinary pushes the Debian layout plus the whiteout layer to ref as an
-// ordinary two-layer OCI image.
-func pushOrdinary(t *testing.T, layoutDir, ref string) {
-	p, err := layout.FromPath(layoutDir)
+// layoutImage returns the first image of the OCI layout at dir.
+func layoutImage(t *testing.T, dir string) v1.Image {
+	t.Helper()
+	p, err := layout.FromPath(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +72,12 @@ func pushOrdinary(t *testing.T, layoutDir, ref string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	img, err = mutate.AppendLayers(img, whiteoutLayer(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	return img
+}
+
+// pushImage pushes img to ref, a plain-HTTP registry.
+func pushImage(t *testing.T, img v1.Image, ref string) {
+	t.Helper()
 	r, err := name.ParseReference(ref, name.Insecure)
 	if err != nil {
 		t.Fatal(err)
@@ -84,6 +85,16 @@ func pushOrdinary(t *testing.T, layoutDir, ref string) {
 	if err := remote.Write(r, img); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// pushOrdinary pushes the Debian layout plus the whiteout layer to ref as an
+// ordinary two-layer OCI image.
+func pushOrdinary(t *testing.T, layoutDir, ref string) {
+	img, err := mutate.AppendLayers(layoutImage(t, layoutDir), whiteoutLayer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pushImage(t, img, ref)
 }
 
 func ctr(t *testing.T, c *services.Containerd, args ...string) string {
@@ -108,27 +119,9 @@ func TestContainerdSnapshotter(t *testing.T) {
 	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
-	slackerRef := reg.Addr + "/slacker/debian:bookworm"
-	plainRef := reg.Addr + "/oci/debian:whiteouts"
-
-	// Publish: convert and push on node A; push the ordinary image too.
-	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
-	cli(t, a, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "debian:bookworm")
-	cli(t, a, 0, "push", "debian:bookworm", slackerRef)
-	var images []struct {
-		Descriptor struct {
-			DataSize int64 `json:"dataSize"`
-		} `json:"descriptor"`
-	}
-	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
-		t.Fatalf("images: %v", err)
-	}
-	a.Stop()
+	// Publish: convert and push on a node of its own; push the ordinary image too.
+	pub := publishDebian(t, work, store, "")
+	slackerRef, plainRef := pub.ref, pub.reg.Addr+"/oci/debian:whiteouts"
 	pushOrdinary(t, layoutDir, plainRef)
 
 	// Node B: empty state, same store, serving the snapshotter to containerd.
@@ -163,7 +156,7 @@ func TestContainerdSnapshotter(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Logf("fetched ahead: %+v", st.Prefetch) // to tell readahead or a trace from the start's own reads
-	checkLazyShare(t, "pull + run through containerd", st.Fetch.FetchedBytes, images[0].Descriptor.DataSize)
+	checkLazyShare(t, "pull + run through containerd", st.Fetch.FetchedBytes, pub.dataSize)
 	// A container's writes stay in its own volume.
 	ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w1", "sh", "-c", "echo mine > /etc/motd")
 	if out := ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w2", "cat", "/etc/motd"); strings.Contains(out, "mine") {

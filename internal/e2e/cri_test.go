@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,10 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/layout"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -28,22 +24,7 @@ import (
 // sleeps until stopped, as the pause image's does (no registry.k8s.io here).
 func pushPause(t *testing.T, layoutDir, ref string) {
 	t.Helper()
-	p, err := layout.FromPath(layoutDir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	idx, err := p.ImageIndex()
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := idx.IndexManifest()
-	if err != nil || len(m.Manifests) == 0 {
-		t.Fatalf("layout index: %v", err)
-	}
-	img, err := idx.Image(m.Manifests[0].Digest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	img := layoutImage(t, layoutDir)
 	cf, err := img.ConfigFile()
 	if err != nil {
 		t.Fatal(err)
@@ -53,13 +34,7 @@ func pushPause(t *testing.T, layoutDir, ref string) {
 	if img, err = mutate.Config(img, cfg); err != nil {
 		t.Fatal(err)
 	}
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
+	pushImage(t, img, ref)
 }
 
 // criClients dials containerd's CRI service as the kubelet does.
@@ -87,28 +62,12 @@ func TestCRI(t *testing.T) {
 	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
-	slackerRef := reg.Addr + "/slacker/debian:bookworm"
+	pub := publishDebian(t, work, store, "")
+	reg := pub.reg
+	slackerRef := pub.ref
 	plainRef := reg.Addr + "/oci/debian:whiteouts"
 	pauseRef := reg.Addr + "/oci/pause:test"
 	elsewhereRef := reg.Addr + "/slacker/elsewhere:v1"
-
-	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
-	cli(t, a, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "debian:bookworm")
-	cli(t, a, 0, "push", "debian:bookworm", slackerRef)
-	var images []struct {
-		Descriptor struct {
-			DataSize int64 `json:"dataSize"`
-		} `json:"descriptor"`
-	}
-	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
-		t.Fatalf("images: %v", err)
-	}
-	a.Stop()
 	// An image whose chunks went to another store.
 	other := testenv.StartProcess(t, filepath.Join(work, "nodeOther"), filepath.Join(work, "otherstore"))
 	cli(t, other, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "elsewhere:v1")
@@ -215,7 +174,7 @@ func TestCRI(t *testing.T) {
 		t.Fatalf("no remote-snapshot-prepared via=label in slackerd's log: CRI did not pass the layer's labels")
 	}
 	first := fetched() - before
-	checkLazyShare(t, "a CRI pod of the Slacker image", first, images[0].Descriptor.DataSize)
+	checkLazyShare(t, "a CRI pod of the Slacker image", first, pub.dataSize)
 
 	// An ordinary image in the same pod's node: unpacked, and it runs.
 	plainPod, logPlain := pod("plain", plainRef, "cat", "/etc/added")

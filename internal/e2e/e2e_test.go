@@ -331,3 +331,40 @@ func checkLazyShare(t *testing.T, what string, fetched, data int64) {
 			what, 100*share, fetched, data, 100*documentedEchoHelloShare)
 	}
 }
+
+// published is the Debian image converted on a node of its own, pushed to a
+// registry as a Slacker image, its chunks in store.
+type published struct {
+	reg      *services.Registry
+	ref      string // the Slacker image's name in reg
+	dataSize int64  // the image's bytes of data
+}
+
+// publishDebian starts a registry (at addr, or on loopback if empty) and a node
+// on store, converts the Debian layout there, pushes it to the registry as
+// slacker/debian:bookworm and stops the node: what a CI pipeline leaves for the
+// nodes that run the image.
+func publishDebian(t *testing.T, work, store, addr string) published {
+	t.Helper()
+	layout := testenv.DebianOCI(t)
+	reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: filepath.Join(work, "registry"), Addr: addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	p := published{reg: reg, ref: reg.Addr + "/slacker/debian:bookworm"}
+	a := testenv.StartProcess(t, filepath.Join(work, "publisher"), store)
+	defer a.Stop()
+	cli(t, a, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
+	cli(t, a, 0, "push", "debian:bookworm", p.ref)
+	var images []struct {
+		Descriptor struct {
+			DataSize int64 `json:"dataSize"`
+		} `json:"descriptor"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
+		t.Fatalf("images --json: %v %+v", err, images)
+	}
+	p.dataSize = images[0].Descriptor.DataSize
+	return p
+}

@@ -15,7 +15,6 @@ import (
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/testenv"
-	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
@@ -63,20 +62,10 @@ func metricsOf(t *testing.T, addr string) map[string]float64 {
 // use, fails slackerd's start with a message that names the setting.
 func TestMetricsScrape(t *testing.T) {
 	testutil.RequireTool(t, "runc", "docker-registry")
-	layout := testenv.DebianOCI(t)
 	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
-	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
-	cli(t, a, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
-	ref := reg.Addr + "/slacker/debian:bookworm"
-	cli(t, a, 0, "push", "debian:bookworm", ref)
-	a.Stop()
+	ref := publishDebian(t, work, store, "").ref
 
 	addr := freeAddr(t, "127.0.0.1")
 	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store, "--metrics-address", addr)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"io"
 	"net"
 	"os"
@@ -39,30 +38,13 @@ func TestNerdctl(t *testing.T) {
 	for _, p := range []string{"bridge", "portmap", "host-local", "loopback"} {
 		testutil.RequireFile(t, filepath.Join(cniPath, p))
 	}
-	layoutDir := testenv.DebianOCI(t)
 	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
 	nw := testenv.NewNetwork(t, 1)
 	ns := nw.Nodes[0]
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry"), Addr: freeAddr(t, nw.HostIP)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
-	ref := reg.Addr + "/slacker/debian:bookworm"
-	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
-	cli(t, a, 0, "convert", "-q", "oci:"+layoutDir+":bookworm", "debian:bookworm")
-	cli(t, a, 0, "push", "debian:bookworm", ref)
-	var images []struct {
-		Descriptor struct {
-			DataSize int64 `json:"dataSize"`
-		} `json:"descriptor"`
-	}
-	if err := json.Unmarshal([]byte(cli(t, a, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
-		t.Fatalf("images: %v", err)
-	}
-	a.Stop()
+	pub := publishDebian(t, work, store, freeAddr(t, nw.HostIP)) // the registry on the network's bridge
+	ref := pub.ref
 
 	b := testenv.StartProcessIn(t, ns, filepath.Join(work, "nodeB"), store)
 	cdir, err := os.MkdirTemp("", "nerd-")
@@ -136,7 +118,7 @@ func TestNerdctl(t *testing.T) {
 		t.Fatal(err)
 	}
 	// perl, its modules and the execs read more than an echo: lazily all the same.
-	if share := float64(st.Fetch.FetchedBytes) / float64(images[0].Descriptor.DataSize); share <= 0 || share > 0.25 {
+	if share := float64(st.Fetch.FetchedBytes) / float64(pub.dataSize); share <= 0 || share > 0.25 {
 		t.Fatalf("nerdctl run, logs and exec fetched %.1f%% of the image; want a lazy start (under 25%%)", 100*share)
 	} else {
 		t.Logf("nerdctl run, logs and exec fetched %.1f%% of the image", 100*share)

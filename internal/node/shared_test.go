@@ -24,9 +24,9 @@ import (
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
-// sharedImage makes an image snapshot on n holding a 16 MiB file, a small one and
-// a directory of three, and returns it with the big file's content.
-func sharedImage(t *testing.T, n *Node) (digest.Digest, []byte) {
+// buildImage makes an image snapshot on n: a blank filesystem that fill writes
+// into (its root is the mounted clone's), snapshotted.
+func buildImage(t *testing.T, n *Node, fill func(root string)) digest.Digest {
 	t.Helper()
 	ctx := context.Background()
 	blank, err := n.MakeFilesystem(ctx, 0)
@@ -40,15 +40,7 @@ func sharedImage(t *testing.T, n *Node) (digest.Digest, []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := make([]byte, 16<<20)
-	rand.Read(big)
-	for name, b := range map[string][]byte{"big": big, "etc/motd": []byte("welcome\n"),
-		"dir/a": []byte("a"), "dir/b": []byte("b"), "dir/c": []byte("c")} {
-		os.MkdirAll(filepath.Join(v.Mountpoint, filepath.Dir(name)), 0o755)
-		if err := os.WriteFile(filepath.Join(v.Mountpoint, name), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
+	fill(v.Mountpoint)
 	if err := n.UnmountVolume(ctx, "build"); err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +51,25 @@ func sharedImage(t *testing.T, n *Node) (digest.Digest, []byte) {
 	if err := n.DeleteVolume(ctx, "build"); err != nil {
 		t.Fatal(err)
 	}
-	return img.ID, big
+	return img.ID
+}
+
+// sharedImage makes an image snapshot on n holding a 16 MiB file, a small one and
+// a directory of three, and returns it with the big file's content.
+func sharedImage(t *testing.T, n *Node) (digest.Digest, []byte) {
+	t.Helper()
+	big := make([]byte, 16<<20)
+	rand.Read(big)
+	img := buildImage(t, n, func(root string) {
+		for name, b := range map[string][]byte{"big": big, "etc/motd": []byte("welcome\n"),
+			"dir/a": []byte("a"), "dir/b": []byte("b"), "dir/c": []byte("c")} {
+			os.MkdirAll(filepath.Join(root, filepath.Dir(name)), 0o755)
+			if err := os.WriteFile(filepath.Join(root, name), b, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+	return img, big
 }
 
 // lowerOf returns the lowerdir of the overlay mounted at target.
@@ -673,30 +683,7 @@ func TestTreeLocalImage(t *testing.T) {
 // metadata an image carries (testutil.RichTree).
 func richImage(t *testing.T, n *Node) digest.Digest {
 	t.Helper()
-	ctx := context.Background()
-	blank, err := n.MakeFilesystem(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "build", Snapshot: blank.ID}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := n.MountVolume(ctx, "build", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	testutil.RichTree(t, v.Mountpoint)
-	if err := n.UnmountVolume(ctx, "build"); err != nil {
-		t.Fatal(err)
-	}
-	img, err := n.SnapshotVolume(ctx, "build", SnapshotOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.DeleteVolume(ctx, "build"); err != nil {
-		t.Fatal(err)
-	}
-	return img.ID
+	return buildImage(t, n, func(root string) { testutil.RichTree(t, root) })
 }
 
 // dropCaches empties the page cache, so that reads reach the image root's device.

@@ -33,40 +33,21 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	t.Cleanup(func() { n.Close(ctx) })
 
 	// An image: a small file read at start-up and a big one that is not.
-	blank, err := n.MakeFilesystem(ctx, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "build", Snapshot: blank.ID}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := n.MountVolume(ctx, "build", false)
-	if err != nil {
-		t.Fatal(err)
-	}
 	startupFile := make([]byte, 3<<20)
 	rand.Read(startupFile)
 	other := make([]byte, 16<<20)
 	rand.Read(other)
-	if err := os.WriteFile(filepath.Join(v.Mountpoint, "startup"), startupFile, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(v.Mountpoint, "other"), other, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := n.UnmountVolume(ctx, "build"); err != nil {
-		t.Fatal(err)
-	}
-	img, err := n.SnapshotVolume(ctx, "build", SnapshotOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := n.DeleteVolume(ctx, "build"); err != nil {
-		t.Fatal(err)
-	}
+	img := buildImage(t, n, func(root string) {
+		if err := os.WriteFile(filepath.Join(root, "startup"), startupFile, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(root, "other"), other, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	})
 
 	// A plain clone records nothing.
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "plain", Snapshot: img.ID}); err != nil {
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "plain", Snapshot: img}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := n.MountVolume(ctx, "plain", true); err != nil {
@@ -76,14 +57,14 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(100 * time.Millisecond)
-	if _, err := st.GetRef(ctx, trace.RefName(img.ID)); err == nil {
+	if _, err := st.GetRef(ctx, trace.RefName(img)); err == nil {
 		t.Fatal("a clone not marked Startup recorded a trace")
 	}
 
 	// The first container: reads the start-up file, exits (its volume is deleted).
 	run := func(n *Node, id string) VolumeInfo {
 		t.Helper()
-		if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img.ID, Startup: true}); err != nil {
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img, Startup: true}); err != nil {
 			t.Fatal(err)
 		}
 		return mountRO(t, n, id)
@@ -97,7 +78,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	}
 	var tr *trace.Trace
 	for deadline := time.Now().Add(10 * time.Second); ; {
-		b, err := st.GetRef(ctx, trace.RefName(img.ID))
+		b, err := st.GetRef(ctx, trace.RefName(img))
 		if err == nil {
 			if tr, err = trace.Decode(b); err != nil {
 				t.Fatal(err)
@@ -109,7 +90,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if tr.Snapshot != img.ID || tr.Bytes() < int64(len(startupFile)) || tr.Bytes() >= int64(len(startupFile)+len(other)) {
+	if tr.Snapshot != img || tr.Bytes() < int64(len(startupFile)) || tr.Bytes() >= int64(len(startupFile)+len(other)) {
 		t.Fatalf("trace of %d chunks, %d bytes: want the start-up file (%d bytes) and metadata, not the other file",
 			len(tr.Chunks), tr.Bytes(), len(startupFile))
 	}
@@ -120,7 +101,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	for _, mode := range []RootMode{RootBlock, RootShared} {
 		n2 := openNode(t, filepath.Join(dir, "node2-"+string(mode)), st)
 		t.Cleanup(func() { n2.Close(ctx) })
-		if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img.ID, Startup: true, Mode: mode}); err != nil {
+		if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img, Startup: true, Mode: mode}); err != nil {
 			t.Fatal(err)
 		}
 		cached := func() int {
@@ -158,7 +139,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 
 	// A change to the image (a commit) has no trace yet: a cold node replays its
 	// parent's, given as a fallback, and records one of its own.
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "change", Snapshot: img.ID}); err != nil {
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "change", Snapshot: img}); err != nil {
 		t.Fatal(err)
 	}
 	cv, err := n.MountVolume(ctx, "change", false)
@@ -178,7 +159,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	n3 := openNode(t, filepath.Join(dir, "node3"), st)
 	t.Cleanup(func() { n3.Close(ctx) })
 	if _, err := n3.CreateVolume(ctx, CreateOptions{ID: "c3", Snapshot: img2.ID, Startup: true,
-		StartupFallback: []digest.Digest{img2.ID, img.ID}}); err != nil {
+		StartupFallback: []digest.Digest{img2.ID, img}}); err != nil {
 		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(10 * time.Second); n3.Stats().Prefetch.ReplayedChunks < int64(len(tr.Chunks)); {
