@@ -207,11 +207,22 @@ func (c *Client) stream(ctx context.Context, method, path string, in, out any, f
 		pw.CloseWithError(err)
 		errc <- err
 	}()
-	defer func() { pr.Close(); <-errc }()
+	// done stops reading and returns the call's own error, if it had one.
+	done := func() error {
+		pr.Close()
+		err := <-errc
+		if errors.Is(err, io.ErrClosedPipe) {
+			return nil // this side stopped reading
+		}
+		return err
+	}
 	dec := json.NewDecoder(pr)
 	for {
 		var l StreamLine
 		if err := dec.Decode(&l); err != nil {
+			if callErr := done(); callErr != nil {
+				return callErr // no daemon, or an error answered before the stream
+			}
 			if err == io.EOF {
 				err = io.ErrUnexpectedEOF // the stream ended before its result
 			}
@@ -223,8 +234,10 @@ func (c *Client) stream(ctx context.Context, method, path string, in, out any, f
 				fn(*l.Progress)
 			}
 		case l.Error != nil:
+			done()
 			return errorOf(*l.Error)
 		default:
+			done()
 			if out == nil {
 				return nil
 			}

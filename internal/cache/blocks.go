@@ -120,9 +120,11 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) (ok, fresh bo
 		c.mu.Unlock()
 		if bs, found := c.storeSums.ObjectSums(ch.Digest); found && bs.Size == ch.Size {
 			c.mu.Lock()
-			c.setSumsLocked(key, bs.Size, bs.Seed, bs.Sums)
-			c.storeSumHits.Add(1)
-			fresh = true
+			if _, taken := c.sums[key]; !taken { // else another reader took them meanwhile
+				c.setSumsLocked(key, bs.Size, bs.Seed, bs.Sums)
+				c.storeSumHits.Add(1)
+				fresh = true
+			}
 		} else {
 			c.mu.Lock()
 		}

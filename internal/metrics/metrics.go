@@ -115,16 +115,13 @@ func (m *Metrics) ObserveFUSE(op string, took time.Duration, err error) {
 
 // Error counts err, answered at where, by its kind.
 func (m *Metrics) Error(where string, err error) {
-	m.errs.WithLabelValues(where, kindLabel(errdefs.KindOf(err))).Inc()
+	m.errs.WithLabelValues(where, errdefs.KindOf(err).String()).Inc()
 }
 
 // OnError returns Error for one place, as the servers' OnError hooks take it.
 func (m *Metrics) OnError(where string) func(error) {
 	return func(err error) { m.Error(where, err) }
 }
-
-// kindLabel is a kind's name as a label value: "not found" -> "not_found".
-func kindLabel(k errdefs.Kind) string { return strings.ReplaceAll(k.String(), " ", "_") }
 
 // Handler serves the metrics in Prometheus's text format.
 func (m *Metrics) Handler() http.Handler {
