@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/gc"
+	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/registry"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
@@ -147,16 +149,29 @@ func (e *env) roots(ctx context.Context, refs []string) ([]gc.Root, error) {
 			roots = append(roots, gc.Root{Snapshot: l.Snapshot, From: fmt.Sprintf("%s layer %d", from, i+1)})
 		}
 	}
-	for _, ref := range refs {
-		d, _, err := registry.Pull(ctx, ref, e.regOpts())
-		if err != nil {
-			return nil, fmt.Errorf("resolve %s (the snapshots it names must be kept): %w", ref, err)
-		}
-		from := "registry " + ref
+	add := func(d *image.Descriptor, from string) {
 		roots = append(roots, gc.Root{Snapshot: d.Snapshot, From: from})
 		for i, l := range d.Layers {
 			roots = append(roots, gc.Root{Snapshot: l.Snapshot, From: fmt.Sprintf("%s layer %d", from, i+1)})
 		}
+	}
+	for _, ref := range refs {
+		d, _, err := registry.Pull(ctx, ref, e.regOpts())
+		if errors.Is(err, registry.ErrNotSlacker) {
+			// An ordinary image: the descriptors attached to it name what to keep.
+			found, _, _, aerr := registry.Attached(ctx, ref, e.regOpts())
+			if aerr != nil {
+				return nil, fmt.Errorf("resolve %s (the snapshots attached to it must be kept): %w", ref, aerr)
+			}
+			for _, a := range found {
+				add(a.Descriptor, fmt.Sprintf("registry %s, attached %s", ref, shortID(a.Artifact)))
+			}
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("resolve %s (the snapshots it names must be kept): %w", ref, err)
+		}
+		add(d, "registry "+ref)
 	}
 	return roots, nil
 }

@@ -145,11 +145,23 @@ into new chunks (docs/design.md, "Start-up layout"); the rest is shared with IMA
 }
 
 func newPush(e *env) *cobra.Command {
+	var attach bool
 	cmd := &cobra.Command{
-		Use:     "push IMAGE REF",
-		Short:   "Publish an image's descriptor to an OCI registry (kilobytes; data stays in the store)",
-		Example: `  slacker push debian:bookworm 127.0.0.1:5000/slacker/debian:bookworm`,
-		Args:    cobra.ExactArgs(2),
+		Use:   "push IMAGE REF",
+		Short: "Publish an image's descriptor to an OCI registry (kilobytes; data stays in the store)",
+		Long: `Push publishes the image's descriptor (about 1.5 KB) to a registry; its data stays in
+the store. By default REF becomes a Slacker image of its own name.
+
+With --attach, REF is the ordinary image the Slacker image was converted from
+(slacker convert REF NAME, or a pull that converted it): the descriptor is attached
+to it as an OCI artifact (its subject is the image's manifest; through the registry's
+referrers API, or the referrers tag "sha256-<digest>" where it has none). The image is
+not changed: stock clients pull and run it as before, and slacker pull/run of REF, or
+containerd with the Slacker snapshotter, find the descriptor and run it lazily. A tag
+that moved to another image since the conversion is refused.`,
+		Example: `  slacker push debian:bookworm 127.0.0.1:5000/slacker/debian:bookworm
+  slacker convert 127.0.0.1:5000/app:v1 app:v1 && slacker push --attach app:v1 127.0.0.1:5000/app:v1`,
+		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
 			en, err := e.namedImage(ctx, args[0])
@@ -157,9 +169,13 @@ func newPush(e *env) *cobra.Command {
 				return err
 			}
 			start := time.Now()
-			e.reporter().Step("pushing %s (%s of data in the store, which stays there) to %s", args[0],
+			push, what := registry.Push, "pushing"
+			if attach {
+				push, what = registry.Attach, "attaching"
+			}
+			e.reporter().Step("%s %s (%s of data in the store, which stays there) to %s", what, args[0],
 				units.Bytes(en.Descriptor.DataSize), args[1])
-			res, err := registry.Push(ctx, args[1], en.Descriptor, e.regOpts())
+			res, err := push(ctx, args[1], en.Descriptor, e.regOpts())
 			if err != nil {
 				return err
 			}
@@ -173,6 +189,7 @@ func newPush(e *env) *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
 	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
+	cmd.Flags().BoolVar(&attach, "attach", false, "attach the descriptor to the ordinary image REF it was converted from, instead of a name of its own")
 	return cmd
 }
 
@@ -182,9 +199,14 @@ func newPush(e *env) *cobra.Command {
 // saying so, unless noConvert: then the error says how to convert it.
 func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image.Descriptor, *registry.Result, error) {
 	d, res, err := registry.Pull(ctx, ref, e.regOpts())
+	if errors.Is(err, registry.ErrNotSlacker) {
+		if d, res, ok := e.pullAttached(ctx, ref); ok {
+			return d, res, nil
+		}
+	}
 	if errors.Is(err, registry.ErrNotSlacker) && !noConvert {
 		fmt.Fprintf(e.stderr, "%s is an ordinary OCI image, not a Slacker image: converting it on this node, which downloads all its layers once.\n"+
-			"To let other nodes pull it lazily, push the result: slacker push %s REF\n", ref, ref)
+			"To let other nodes pull it lazily, attach the result to it: slacker push --attach %s %s\n", ref, ref, ref)
 		return e.convertOnPull(ctx, ref)
 	}
 	if err != nil {
@@ -200,6 +222,37 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 		return nil, nil, err
 	}
 	return d, res, nil
+}
+
+// pullAttached looks for a Slacker descriptor attached to the ordinary image ref
+// and names it ref if one is usable here: of those whose snapshot is in this
+// node's store, the newest. An attached artifact that is malformed or made from
+// another image is logged and passed over, never used; ok is false when none is
+// usable (the caller converts the image, as for one with none).
+func (e *env) pullAttached(ctx context.Context, ref string) (*image.Descriptor, *registry.Result, bool) {
+	found, subject, rejected, err := registry.Attached(ctx, ref, e.regOpts())
+	if err != nil {
+		e.log.Warn("attached-lookup-failed", "image", ref, "err", err)
+		return nil, nil, false
+	}
+	for _, r := range rejected {
+		e.log.Warn("attached-descriptor-rejected", "image", ref, "subject", subject, "artifact", r.Artifact, "err", r.Err)
+		fmt.Fprintf(e.stderr, "%s: a Slacker descriptor attached to it is not used: %v\n", ref, r.Err)
+	}
+	for _, a := range found {
+		if _, err := e.client.Snapshot(ctx, a.Descriptor.Snapshot); err != nil {
+			fmt.Fprintf(e.stderr, "%s: a Slacker descriptor attached to it is not used: %v\n", ref,
+				image.NotInStore(ref, a.Descriptor.Snapshot, e.info.Store))
+			continue
+		}
+		if err := e.names.PutAttached(ref, a.Descriptor, a.Artifact); err != nil {
+			e.log.Warn("attached-name-failed", "image", ref, "err", err)
+			return nil, nil, false
+		}
+		e.reporter().Step("%s: running it lazily from the Slacker descriptor attached to it (%s)", ref, shortID(a.Artifact))
+		return a.Descriptor, &registry.Result{Reference: ref, ManifestDigest: subject}, true
+	}
+	return nil, nil, false
 }
 
 // convertOnPull converts an ordinary image from its registry and names it ref.
@@ -301,11 +354,15 @@ func newImages(e *env) *cobra.Command {
 				return nil
 			}
 			w := e.table()
-			fmt.Fprintln(w, "NAME\tSNAPSHOT\tLAYERS\tDATA\tSIZE\tCREATED")
+			fmt.Fprintln(w, "NAME\tSNAPSHOT\tLAYERS\tDATA\tSIZE\tCREATED\tATTACHED")
 			for _, en := range list {
 				d := en.Descriptor
-				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", en.Name, shortID(d.Snapshot), len(d.Layers),
-					units.Bytes(d.DataSize), units.Bytes(d.Size), ago(d.Created))
+				attached := "-"
+				if en.Attached != "" {
+					attached = "to " + shortID(d.Source.ManifestDigest)
+				}
+				fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", en.Name, shortID(d.Snapshot), len(d.Layers),
+					units.Bytes(d.DataSize), units.Bytes(d.Size), ago(d.Created), attached)
 			}
 			return w.Flush()
 		},

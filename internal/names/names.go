@@ -51,6 +51,10 @@ type Entry struct {
 	Name       string            `json:"name"`
 	Descriptor *image.Descriptor `json:"descriptor"`
 	Updated    time.Time         `json:"updated"`
+	// Attached is the artifact the descriptor was pulled from when it was found
+	// attached to the ordinary image of that name (registry.Attached); empty
+	// otherwise.
+	Attached digest.Digest `json:"attached,omitempty"`
 }
 
 func (s *Store) imagePath(n string) string {
@@ -58,7 +62,11 @@ func (s *Store) imagePath(n string) string {
 }
 
 // Put names d (replacing what the name pointed to).
-func (s *Store) Put(n string, d *image.Descriptor) error {
+func (s *Store) Put(n string, d *image.Descriptor) error { return s.PutAttached(n, d, "") }
+
+// PutAttached names d, found attached to the ordinary image n as the artifact
+// attached.
+func (s *Store) PutAttached(n string, d *image.Descriptor, attached digest.Digest) error {
 	n, err := Normalize(n)
 	if err != nil {
 		return err
@@ -71,7 +79,8 @@ func (s *Store) Put(n string, d *image.Descriptor) error {
 		Name       string          `json:"name"`
 		Descriptor json.RawMessage `json:"descriptor"`
 		Updated    time.Time       `json:"updated"`
-	}{n, enc, time.Now().UTC()})
+		Attached   digest.Digest   `json:"attached,omitempty"`
+	}{n, enc, time.Now().UTC(), attached})
 	if err != nil {
 		return err
 	}
@@ -102,6 +111,7 @@ func decodeEntry(b []byte) (*Entry, error) {
 		Name       string          `json:"name"`
 		Descriptor json.RawMessage `json:"descriptor"`
 		Updated    time.Time       `json:"updated"`
+		Attached   digest.Digest   `json:"attached,omitempty"`
 	}
 	if err := json.Unmarshal(b, &raw); err != nil {
 		return nil, fmt.Errorf("name store entry: %w", err)
@@ -110,7 +120,7 @@ func decodeEntry(b []byte) (*Entry, error) {
 	if err != nil {
 		return nil, fmt.Errorf("name store entry %s: %w", raw.Name, err)
 	}
-	return &Entry{Name: raw.Name, Descriptor: d, Updated: raw.Updated}, nil
+	return &Entry{Name: raw.Name, Descriptor: d, Updated: raw.Updated, Attached: raw.Attached}, nil
 }
 
 // List returns every entry, sorted by name.

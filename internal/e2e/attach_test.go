@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
+	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/slacker-dev/slacker/internal/api"
+	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/registry"
+	"github.com/slacker-dev/slacker/internal/testenv"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
+	"github.com/slacker-dev/slacker/internal/testutil"
+)
+
+// dataSize returns the bytes of data of the one image named on p.
+func dataSize(t *testing.T, p *testenv.Process) int64 {
+	t.Helper()
+	var images []struct {
+		Descriptor struct {
+			DataSize int64 `json:"dataSize"`
+		} `json:"descriptor"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, p, 0, "images", "--json")), &images); err != nil || len(images) != 1 {
+		t.Fatalf("images --json: %v %+v", err, images)
+	}
+	return images[0].Descriptor.DataSize
+}
+
+// manifestDigest returns the digest of the manifest ref names.
+func manifestDigest(t *testing.T, ref string) v1.Hash {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := remote.Head(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d.Digest
+}
+
+// attachArtifact attaches by hand an artifact of Slacker's type, holding blob as
+// its descriptor, to the manifest subject of repo.
+func attachArtifact(t *testing.T, repo string, subject v1.Hash, blob []byte) {
+	t.Helper()
+	r, err := name.NewRepository(repo, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []v1.Layer{static.NewLayer([]byte("{}"), types.MediaType(ocispec.MediaTypeEmptyJSON)),
+		static.NewLayer(blob, types.MediaType(image.MediaType))} {
+		if err := remote.WriteLayer(r, l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	sub, err := remote.Head(r.Digest(subject.String()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := ocispec.Manifest{MediaType: ocispec.MediaTypeImageManifest, ArtifactType: registry.ArtifactType,
+		Config:  ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: digest.FromString("{}"), Size: 2},
+		Layers:  []ocispec.Descriptor{{MediaType: image.MediaType, Digest: digest.FromBytes(blob), Size: int64(len(blob))}},
+		Subject: &ocispec.Descriptor{MediaType: string(sub.MediaType), Digest: digest.Digest(subject.String()), Size: sub.Size}}
+	m.SchemaVersion = 2
+	b, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Put(r.Digest(digest.FromBytes(b).String()), rawManifest(b)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// rawManifest is an OCI image manifest to put as it is.
+type rawManifest []byte
+
+func (r rawManifest) RawManifest() ([]byte, error)        { return r, nil }
+func (r rawManifest) MediaType() (types.MediaType, error) { return types.OCIManifestSchema1, nil }
+
+// TestAttached: one name for every node. An ordinary image is converted from the
+// registry, and its Slacker descriptor attached to it (Debian's registry: the
+// referrers tag schema); the image itself is unchanged, and a stock containerd
+// pulls and runs it as before. A node with Slacker pulls and runs the same name
+// lazily from the attached descriptor. When the tag moves to another image, the old
+// descriptor is not used for it; an artifact whose descriptor was made from another
+// image, or that is malformed, is passed over with a message, never used: the node
+// converts the image instead.
+func TestAttached(t *testing.T) {
+	testutil.RequireTool(t, "runc", "docker-registry", "containerd", "ctr")
+	layoutDir := testenv.DebianOCI(t)
+	ctx := context.Background()
+	work := t.TempDir()
+	store := filepath.Join(work, "store")
+	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { reg.Stop() })
+	ref := reg.Addr + "/app/debian:v1"
+	pushImage(t, layoutImage(t, layoutDir), ref)
+	before := manifestDigest(t, ref)
+
+	// CI: convert the image from the registry, attach the result to it.
+	a := testenv.StartProcess(t, filepath.Join(work, "nodeA"), store)
+	cli(t, a, 0, "--insecure-registry", "convert", "-q", ref, "app:v1")
+	out := cli(t, a, 0, "--insecure-registry", "push", "--attach", "app:v1", ref)
+	if !strings.Contains(out, "pushed ") {
+		t.Fatalf("push --attach said: %s", out)
+	}
+	if after := manifestDigest(t, ref); after != before {
+		t.Fatalf("attaching changed the image: %s, was %s", after, before)
+	}
+	// Debian's registry has no referrers API: the referrers tag holds the artifact.
+	fallback := reg.Addr + "/app/debian:" + strings.Replace(before.String(), ":", "-", 1)
+	manifestDigest(t, fallback)
+	a.Stop()
+
+	// A node with Slacker: the same name, lazily.
+	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store)
+	_, errOut, code := b.CLI(t, "--insecure-registry", "pull", ref)
+	if code != 0 || !strings.Contains(errOut, "attached to it") || strings.Contains(errOut, "converting it") {
+		t.Fatalf("pull of the attached image: exit %d: %s", code, errOut)
+	}
+	if out := cli(t, b, 0, "images"); !strings.Contains(out, "to "+strings.TrimPrefix(before.String(), "sha256:")[:12]) {
+		t.Fatalf("images does not show the attachment:\n%s", out)
+	}
+	if out := cli(t, b, 0, "--insecure-registry", "run", "--rm", ref, "--", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
+		t.Fatalf("run of the attached image: %q", out)
+	}
+	if st, err := api.NewClient(b.Socket).Stats(ctx); err != nil {
+		t.Fatal(err)
+	} else {
+		checkLazyShare(t, "run of the attached image", st.Fetch.FetchedBytes, dataSize(t, b))
+	}
+
+	// A stock containerd runs the name as it always did.
+	cdir, err := os.MkdirTemp("", "stock-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(cdir) })
+	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	ctr(t, c, "images", "pull", "--plain-http", ref)
+	if out := ctr(t, c, "run", "--rm", ref, "stock", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
+		t.Fatalf("stock containerd: %q", out)
+	}
+
+	// The tag moves to another image: the old descriptor is not used for it.
+	pushOrdinary(t, layoutDir, ref)
+	moved := manifestDigest(t, ref)
+	cnode := testenv.StartProcess(t, filepath.Join(work, "nodeC"), store)
+	if _, errOut, code := cnode.CLI(t, "--insecure-registry", "pull", "--no-convert", ref); code == 0 || strings.Contains(errOut, "attached to it") {
+		t.Fatalf("pull of a moved tag used the old descriptor: exit %d: %s", code, errOut)
+	}
+	// Attached by hand to the new image: the old image's descriptor, and garbage.
+	entry := cli(t, b, 0, "images", "--json")
+	var images []struct {
+		Name       string          `json:"name"`
+		Descriptor json.RawMessage `json:"descriptor"`
+	}
+	if err := json.Unmarshal([]byte(entry), &images); err != nil || len(images) != 1 {
+		t.Fatalf("images --json: %v", err)
+	}
+	repo := reg.Addr + "/app/debian"
+	attachArtifact(t, repo, moved, images[0].Descriptor)
+	attachArtifact(t, repo, moved, []byte("not a descriptor"))
+	_, errOut, code = cnode.CLI(t, "--insecure-registry", "pull", "--no-convert", ref)
+	if code == 0 || strings.Count(errOut, "is not used") != 2 || !strings.Contains(errOut, "converted from") {
+		t.Fatalf("pull with a copied and a malformed attachment: exit %d: %s", code, errOut)
+	}
+	_, errOut, code = cnode.CLI(t, "--insecure-registry", "pull", ref)
+	if code != 0 || !strings.Contains(errOut, "converting it") {
+		t.Fatalf("pull of the moved tag: exit %d: %s", code, errOut)
+	}
+	if out := cli(t, cnode, 0, "--insecure-registry", "run", "--rm", ref, "--", "cat", "/etc/added"); out != "added\n" {
+		t.Fatalf("the moved tag's image: %q", out)
+	}
+}
