@@ -27,6 +27,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/graphdriver"
 	"github.com/slacker-dev/slacker/internal/metrics"
 	"github.com/slacker-dev/slacker/internal/node"
+	"github.com/slacker-dev/slacker/internal/registry"
 	"github.com/slacker-dev/slacker/internal/snapshotter"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
 )
@@ -195,7 +196,8 @@ func run(cfg config.Daemon) error {
 	var snapSrv *snapshotter.Server
 	if r.SnapshotterSocket != "" {
 		sn, err := snapshotter.New(n, snapshotter.Options{Dir: filepath.Join(r.Root, "snapshotter"), Logger: log,
-			OnError: onError(metrics.WhereSnapshotter), Store: storeDesc})
+			OnError: onError(metrics.WhereSnapshotter), Store: storeDesc,
+			Attached: daemon.AttachedFinder(n, registry.Options{Insecure: r.InsecureRegistry}, log)})
 		var l net.Listener
 		if err == nil {
 			defer sn.Close()

@@ -239,20 +239,24 @@ func (e *env) pullAttached(ctx context.Context, ref string) (*image.Descriptor, 
 		e.log.Warn("attached-descriptor-rejected", "image", ref, "subject", subject, "artifact", r.Artifact, "err", r.Err)
 		fmt.Fprintf(e.stderr, "%s: a Slacker descriptor attached to it is not used: %v\n", ref, r.Err)
 	}
-	for _, a := range found {
-		if _, err := e.client.Snapshot(ctx, a.Descriptor.Snapshot); err != nil {
-			fmt.Fprintf(e.stderr, "%s: a Slacker descriptor attached to it is not used: %v\n", ref,
-				image.NotInStore(ref, a.Descriptor.Snapshot, e.info.Store))
-			continue
+	a, passed := registry.ChooseAttached(found, func(d *image.Descriptor) error {
+		if _, err := e.client.Snapshot(ctx, d.Snapshot); err != nil {
+			return image.NotInStore(ref, d.Snapshot, e.info.Store)
 		}
-		if err := e.names.PutAttached(ref, a.Descriptor, a.Artifact); err != nil {
-			e.log.Warn("attached-name-failed", "image", ref, "err", err)
-			return nil, nil, false
-		}
-		e.reporter().Step("%s: running it lazily from the Slacker descriptor attached to it (%s)", ref, shortID(a.Artifact))
-		return a.Descriptor, &registry.Result{Reference: ref, ManifestDigest: subject}, true
+		return nil
+	})
+	for _, r := range passed {
+		fmt.Fprintf(e.stderr, "%s: a Slacker descriptor attached to it is not used: %v\n", ref, r.Err)
 	}
-	return nil, nil, false
+	if a == nil {
+		return nil, nil, false
+	}
+	if err := e.names.PutAttached(ref, a.Descriptor, a.Artifact); err != nil {
+		e.log.Warn("attached-name-failed", "image", ref, "err", err)
+		return nil, nil, false
+	}
+	e.reporter().Step("%s: running it lazily from the Slacker descriptor attached to it (%s)", ref, shortID(a.Artifact))
+	return a.Descriptor, &registry.Result{Reference: ref, ManifestDigest: subject}, true
 }
 
 // convertOnPull converts an ordinary image from its registry and names it ref.

@@ -38,6 +38,16 @@ func dataSize(t *testing.T, p *testenv.Process) int64 {
 	return images[0].Descriptor.DataSize
 }
 
+// fetchedBy returns what the node moved from its store so far.
+func fetchedBy(t *testing.T, p *testenv.Process) int64 {
+	t.Helper()
+	st, err := api.NewClient(p.Socket).Stats(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Fetch.FetchedBytes
+}
+
 // manifestDigest returns the digest of the manifest ref names.
 func manifestDigest(t *testing.T, ref string) v1.Hash {
 	t.Helper()
@@ -94,7 +104,8 @@ func (r rawManifest) MediaType() (types.MediaType, error) { return types.OCIMani
 // registry, and its Slacker descriptor attached to it (Debian's registry: the
 // referrers tag schema); the image itself is unchanged, and a stock containerd
 // pulls and runs it as before. A node with Slacker pulls and runs the same name
-// lazily from the attached descriptor. When the tag moves to another image, the old
+// lazily from the attached descriptor, with slacker and through containerd's CRI
+// with the Slacker snapshotter (a remote snapshot per layer, nothing unpacked). When the tag moves to another image, the old
 // descriptor is not used for it; an artifact whose descriptor was made from another
 // image, or that is malformed, is passed over with a message, never used: the node
 // converts the image instead.
@@ -140,19 +151,21 @@ func TestAttached(t *testing.T) {
 	if out := cli(t, b, 0, "--insecure-registry", "run", "--rm", ref, "--", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
 		t.Fatalf("run of the attached image: %q", out)
 	}
-	if st, err := api.NewClient(b.Socket).Stats(ctx); err != nil {
-		t.Fatal(err)
-	} else {
-		checkLazyShare(t, "run of the attached image", st.Fetch.FetchedBytes, dataSize(t, b))
-	}
+	checkLazyShare(t, "run of the attached image", fetchedBy(t, b), dataSize(t, b))
 
-	// A stock containerd runs the name as it always did.
-	cdir, err := os.MkdirTemp("", "stock-")
+	// containerd: with overlayfs (stock), the name runs as it always did; with the
+	// Slacker snapshotter, through CRI (which passes the image's name in the
+	// layers' labels), the layers are prepared from the attached descriptor:
+	// nothing downloaded or unpacked, and the pod's start is lazy.
+	pushPause(t, layoutDir, reg.Addr+"/oci/pause:test")
+	cdir, err := os.MkdirTemp("", "attach-")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(cdir) })
-	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir})
+	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir,
+		ProxySnapshotters: map[string]string{"slacker": filepath.Join(b.Root, "snapshotter.sock")},
+		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: reg.Addr + "/oci/pause:test", PlainHTTP: []string{reg.Addr}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,6 +174,22 @@ func TestAttached(t *testing.T) {
 	if out := ctr(t, c, "run", "--rm", ref, "stock", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
 		t.Fatalf("stock containerd: %q", out)
 	}
+	rt, is := criClients(t, c.Socket)
+	pods := criPods{t: t, rt: rt, is: is, logs: filepath.Join(work, "pods"), containerdLog: filepath.Join(cdir, "containerd.log")}
+	fetchedBefore := fetchedBy(t, b)
+	id, log := pods.run("attached", ref, "cat", "/etc/debian_version")
+	if got := criLogLine(log); !strings.HasPrefix(got, "12.") {
+		t.Fatalf("the attached image's pod logged %q", log)
+	}
+	if !strings.Contains(b.Log(), `"via":"attached"`) || !strings.Contains(b.Log(), `"msg":"attached-descriptor-found"`) ||
+		strings.Contains(b.Log(), `"msg":"snapshot-not-lazy","image":"`+ref) {
+		t.Fatalf("CRI's pull through the Slacker snapshotter did not use the attached descriptor:\n%s", tailString(b.Log(), 3000))
+	}
+	// (The node's cache holds what slacker run read: the pod fetches at most as much.)
+	if got := fetchedBy(t, b) - fetchedBefore; got > dataSize(t, b)/10 {
+		t.Fatalf("the pod of the attached image fetched %d bytes: not lazy", got)
+	}
+	pods.remove(id)
 
 	// The tag moves to another image: the old descriptor is not used for it.
 	pushOrdinary(t, layoutDir, ref)

@@ -105,69 +105,11 @@ func TestCRI(t *testing.T) {
 		}
 		return st.Fetch.FetchedBytes
 	}
-	logs := filepath.Join(work, "pods")
-	// pod runs a sandbox and, in it, one container of image with cmd, and returns
-	// the pod's ID and the container's log once it exited.
-	pod := func(podName, image string, cmd ...string) (string, string) {
-		t.Helper()
-		sbCfg := &cri.PodSandboxConfig{
-			Metadata:     &cri.PodSandboxMetadata{Name: podName, Namespace: "default", Uid: podName + "-uid"},
-			LogDirectory: filepath.Join(logs, podName),
-			Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-				NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
-		}
-		if _, err := is.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: image}, SandboxConfig: sbCfg}); err != nil {
-			t.Fatalf("PullImage %s: %v", image, err)
-		}
-		sb, err := rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sbCfg})
-		if err != nil {
-			t.Fatalf("RunPodSandbox %s: %v\ncontainerd's log:\n%s", podName, err, tailString(readFile(filepath.Join(cdir, "containerd.log")), 4000))
-		}
-		ct, err := rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg,
-			Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: "main"}, Image: &cri.ImageSpec{Image: image},
-				Command: cmd, LogPath: "main.log"}})
-		if err != nil {
-			t.Fatalf("CreateContainer in %s: %v", podName, err)
-		}
-		if _, err := rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ct.ContainerId}); err != nil {
-			t.Fatalf("StartContainer in %s: %v", podName, err)
-		}
-		deadline := time.Now().Add(time.Minute)
-		for {
-			st, err := rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: ct.ContainerId})
-			if err != nil {
-				t.Fatalf("ContainerStatus: %v", err)
-			}
-			if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
-				if st.Status.ExitCode != 0 {
-					t.Fatalf("container in %s exited %d: %s", podName, st.Status.ExitCode, st.Status.Message)
-				}
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("container in %s still %s after a minute", podName, st.Status.State)
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-		b, err := os.ReadFile(filepath.Join(logs, podName, "main.log"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return sb.PodSandboxId, string(b)
-	}
-	// The CRI log format: "TIME stdout F LINE".
-	logLine := func(log string) string {
-		for _, l := range strings.Split(log, "\n") {
-			if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[1] == "stdout" {
-				return f[3]
-			}
-		}
-		return ""
-	}
+	pods := criPods{t: t, rt: rt, is: is, logs: filepath.Join(work, "pods"), containerdLog: filepath.Join(cdir, "containerd.log")}
 
 	before := fetched()
-	pod1, log1 := pod("pod1", slackerRef, "cat", "/etc/debian_version")
-	if got := logLine(log1); !strings.HasPrefix(got, "12.") {
+	pod1, log1 := pods.run("pod1", slackerRef, "cat", "/etc/debian_version")
+	if got := criLogLine(log1); !strings.HasPrefix(got, "12.") {
 		t.Fatalf("the Slacker image's container logged %q", log1)
 	}
 	if !strings.Contains(b.Log(), `"msg":"remote-snapshot-prepared"`) || !strings.Contains(b.Log(), `"via":"label"`) {
@@ -177,8 +119,8 @@ func TestCRI(t *testing.T) {
 	checkLazyShare(t, "a CRI pod of the Slacker image", first, pub.dataSize)
 
 	// An ordinary image in the same pod's node: unpacked, and it runs.
-	plainPod, logPlain := pod("plain", plainRef, "cat", "/etc/added")
-	if got := logLine(logPlain); got != "added" {
+	plainPod, logPlain := pods.run("plain", plainRef, "cat", "/etc/added")
+	if got := criLogLine(logPlain); got != "added" {
 		t.Fatalf("the ordinary image's container logged %q", logPlain)
 	}
 	if !strings.Contains(b.Log(), `"msg":"snapshot-not-lazy"`) {
@@ -187,25 +129,15 @@ func TestCRI(t *testing.T) {
 
 	// A second pod of the Slacker image reuses what the first fetched.
 	before = fetched()
-	pod2, log2 := pod("pod2", slackerRef, "cat", "/etc/debian_version")
-	if got := logLine(log2); !strings.HasPrefix(got, "12.") {
+	pod2, log2 := pods.run("pod2", slackerRef, "cat", "/etc/debian_version")
+	if got := criLogLine(log2); !strings.HasPrefix(got, "12.") {
 		t.Fatalf("the second pod's container logged %q", log2)
 	}
 	if second := fetched() - before; second > first/4 {
 		t.Fatalf("the second pod fetched %d bytes, the first %d: want the node's cache reused", second, first)
 	}
 
-	for _, id := range []string{pod1, plainPod, pod2} {
-		if _, err := rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
-			t.Fatalf("StopPodSandbox: %v", err)
-		}
-		if _, err := rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
-			t.Fatalf("RemovePodSandbox: %v", err)
-		}
-	}
-	if list, err := rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{}); err != nil || len(list.Items) != 0 {
-		t.Fatalf("pods left: %v %v", list, err)
-	}
+	pods.remove(pod1, plainPod, pod2)
 
 	// An image whose snapshot is not in this node's store: the pull fails with
 	// slacker pull's message.
@@ -231,4 +163,95 @@ func readFile(path string) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// criPods runs pods through CRI as the kubelet does, their logs under logs.
+type criPods struct {
+	t    *testing.T
+	rt   cri.RuntimeServiceClient
+	is   cri.ImageServiceClient
+	logs string
+	// containerdLog, for failure messages.
+	containerdLog string
+}
+
+// run pulls image and runs a sandbox and, in it, one container of image with cmd;
+// it returns the pod's ID and the container's log once it exited 0.
+func (p criPods) run(podName, image string, cmd ...string) (string, string) {
+	t := p.t
+	t.Helper()
+	ctx := context.Background()
+	sbCfg := &cri.PodSandboxConfig{
+		Metadata:     &cri.PodSandboxMetadata{Name: podName, Namespace: "default", Uid: podName + "-uid"},
+		LogDirectory: filepath.Join(p.logs, podName),
+		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
+			NamespaceOptions: &cri.NamespaceOption{Network: cri.NamespaceMode_NODE}}},
+	}
+	if _, err := p.is.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: image}, SandboxConfig: sbCfg}); err != nil {
+		t.Fatalf("PullImage %s: %v", image, err)
+	}
+	sb, err := p.rt.RunPodSandbox(ctx, &cri.RunPodSandboxRequest{Config: sbCfg})
+	if err != nil {
+		t.Fatalf("RunPodSandbox %s: %v\ncontainerd's log:\n%s", podName, err, tailString(readFile(p.containerdLog), 4000))
+	}
+	ct, err := p.rt.CreateContainer(ctx, &cri.CreateContainerRequest{PodSandboxId: sb.PodSandboxId, SandboxConfig: sbCfg,
+		Config: &cri.ContainerConfig{Metadata: &cri.ContainerMetadata{Name: "main"}, Image: &cri.ImageSpec{Image: image},
+			Command: cmd, LogPath: "main.log"}})
+	if err != nil {
+		t.Fatalf("CreateContainer in %s: %v", podName, err)
+	}
+	if _, err := p.rt.StartContainer(ctx, &cri.StartContainerRequest{ContainerId: ct.ContainerId}); err != nil {
+		t.Fatalf("StartContainer in %s: %v", podName, err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		st, err := p.rt.ContainerStatus(ctx, &cri.ContainerStatusRequest{ContainerId: ct.ContainerId})
+		if err != nil {
+			t.Fatalf("ContainerStatus: %v", err)
+		}
+		if st.Status.State == cri.ContainerState_CONTAINER_EXITED {
+			if st.Status.ExitCode != 0 {
+				t.Fatalf("container in %s exited %d: %s", podName, st.Status.ExitCode, st.Status.Message)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("container in %s still %s after a minute", podName, st.Status.State)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	b, err := os.ReadFile(filepath.Join(p.logs, podName, "main.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sb.PodSandboxId, string(b)
+}
+
+// remove stops and removes the pods ids, and checks that none is left.
+func (p criPods) remove(ids ...string) {
+	t := p.t
+	t.Helper()
+	ctx := context.Background()
+	for _, id := range ids {
+		if _, err := p.rt.StopPodSandbox(ctx, &cri.StopPodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("StopPodSandbox: %v", err)
+		}
+		if _, err := p.rt.RemovePodSandbox(ctx, &cri.RemovePodSandboxRequest{PodSandboxId: id}); err != nil {
+			t.Fatalf("RemovePodSandbox: %v", err)
+		}
+	}
+	if list, err := p.rt.ListPodSandbox(ctx, &cri.ListPodSandboxRequest{}); err != nil || len(list.Items) != 0 {
+		t.Fatalf("pods left: %v %v", list, err)
+	}
+}
+
+// criLogLine returns the first stdout line of a CRI container log ("TIME stdout F
+// LINE").
+func criLogLine(log string) string {
+	for _, l := range strings.Split(log, "\n") {
+		if f := strings.SplitN(l, " ", 4); len(f) == 4 && f[1] == "stdout" {
+			return f[3]
+		}
+	}
+	return ""
 }

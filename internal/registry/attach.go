@@ -262,3 +262,19 @@ func platformOf(d *image.Descriptor) ocispec.Platform {
 	}
 	return p
 }
+
+// ChooseAttached is the rule between several descriptors attached to one image
+// (two conversions, two stores): of found, newest first as Attached returns them,
+// the first that usable accepts (the node's store has its snapshot). The others it
+// looked at are returned with usable's reason.
+func ChooseAttached(found []AttachedDescriptor, usable func(d *image.Descriptor) error) (*AttachedDescriptor, []Rejected) {
+	var passed []Rejected
+	for i := range found {
+		if err := usable(found[i].Descriptor); err != nil {
+			passed = append(passed, Rejected{Artifact: found[i].Artifact, Err: err})
+			continue
+		}
+		return &found[i], passed
+	}
+	return nil, passed
+}

@@ -26,6 +26,12 @@
 // The node's errors reach containerd through MapError, this edge's one translation
 // of errdefs kinds to containerd's errdefs (and so to gRPC codes).
 //
-// The package never talks to a registry or parses layers; it drives the node only
-// through the small Node interface.
+// An ordinary image whose Slacker descriptor is attached to it (registry.Attach)
+// is prepared the same way, layer by layer from the descriptor's lineage (each
+// layer's chain ID names the snapshot the conversion made after it), when
+// Options.Attached finds the descriptor for the image containerd names in the
+// layers' labels (CRI, nerdctl): logged `remote-snapshot-prepared` `via=attached`.
+//
+// The package never talks to a registry (Options.Attached does, for it) or parses
+// layers; it drives the node only through the small Node interface.
 package snapshotter

@@ -64,6 +64,13 @@ type Options struct {
 	// Store describes the node's store, for the error that says an image's
 	// snapshot is not in it.
 	Store string
+	// Attached, if set, finds the Slacker descriptor attached to the ordinary
+	// image ref (as containerd names it in a layer's labels: CRI, nerdctl), one
+	// whose snapshot is in the node's store; nil and no error when it has none.
+	// The layers of such an image are prepared from the descriptor's lineage,
+	// without a download or an unpack. slackerd gives registry.Attached; this
+	// package never talks to a registry itself.
+	Attached func(ctx context.Context, ref string) (*image.Descriptor, error)
 }
 
 // Snapshotter implements containerd's snapshots.Snapshotter and snapshots.Cleaner.
@@ -84,7 +91,20 @@ type Snapshotter struct {
 
 	notLazyMu sync.Mutex
 	notLazy   map[string]bool // images already logged as not lazy
+
+	attachedMu sync.Mutex
+	attached   map[string]attachedEntry // what Options.Attached said of an image, for a while
 }
+
+// attachedEntry is Options.Attached's answer about an image (d nil: none).
+type attachedEntry struct {
+	d    *image.Descriptor
+	when time.Time
+}
+
+// attachedFor is how long an answer of Options.Attached is reused: the layers of
+// one pull ask one after the other.
+const attachedFor = time.Minute
 
 var (
 	_ snapshots.Snapshotter = (*Snapshotter)(nil)
@@ -117,7 +137,8 @@ func New(n Node, o Options) (*Snapshotter, error) {
 	if err != nil {
 		return nil, fmt.Errorf("snapshotter: %w", err)
 	}
-	return &Snapshotter{n: n, o: o, log: log, ms: ms, recDir: recDir, notLazy: map[string]bool{}}, nil
+	return &Snapshotter{n: n, o: o, log: log, ms: ms, recDir: recDir, notLazy: map[string]bool{},
+		attached: map[string]attachedEntry{}}, nil
 }
 
 func (s *Snapshotter) volumeID(id string) string { return s.o.VolumePrefix + id }
@@ -255,7 +276,10 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 	if kind == snapshots.KindActive {
 		if target := base.Labels[labels.SnapshotRef]; target != "" {
 			if snap := base.Labels[labels.LayerSnapshot]; snap != "" {
-				return nil, s.prepareRemote(ctx, key, parent, target, digest.Digest(snap), opts)
+				return nil, s.prepareRemote(ctx, key, parent, target, digest.Digest(snap), "label", opts)
+			}
+			if snap := s.attachedLayer(ctx, base.Labels[labels.CRIImageRef], target); snap != "" {
+				return nil, s.prepareRemote(ctx, key, parent, target, snap, "attached", opts)
 			}
 			s.logNotLazy(key, target, base.Labels)
 		}
@@ -317,7 +341,7 @@ func (s *Snapshotter) create(ctx context.Context, kind snapshots.Kind, key, pare
 // prepareRemote records the committed snapshot target for the Slacker snapshot snap
 // without unpacking anything, and returns ErrAlreadyExists (containerd's contract
 // for a remote snapshot).
-func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target string, snap digest.Digest, opts []snapshots.Opt) error {
+func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target string, snap digest.Digest, via string, opts []snapshots.Opt) error {
 	start := time.Now()
 	if err := store.CheckDigest(snap); err != nil {
 		return fmt.Errorf("label %s=%q: %w", labels.LayerSnapshot, snap, errdefs.ErrInvalidArgument)
@@ -352,9 +376,44 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	if err != nil && !errdefs.IsAlreadyExists(err) {
 		return err
 	}
-	s.log.Info("remote-snapshot-prepared", "key", key, "chain", target, "snapshot", snap, "via", "label",
+	s.log.Info("remote-snapshot-prepared", "key", key, "chain", target, "snapshot", snap, "via", via,
 		"image", imageOf(opts), "size", m.Size, "took", time.Since(start))
 	return fmt.Errorf("target snapshot %q: %w", target, errdefs.ErrAlreadyExists)
+}
+
+// attachedLayer returns the Slacker snapshot of the layer whose chain ID is chain
+// in the descriptor attached to the ordinary image ref, if it has one
+// (Options.Attached); "" otherwise. A failed lookup is logged, and the layer is
+// unpacked as for any ordinary image.
+func (s *Snapshotter) attachedLayer(ctx context.Context, ref, chain string) digest.Digest {
+	if s.o.Attached == nil || ref == "" {
+		return ""
+	}
+	s.attachedMu.Lock()
+	e, ok := s.attached[ref]
+	s.attachedMu.Unlock()
+	if !ok || time.Since(e.when) > attachedFor {
+		d, err := s.o.Attached(ctx, ref)
+		if err != nil {
+			s.log.Warn("attached-lookup-failed", "image", ref, "err", err, "action", "unpacking the image's layers")
+		}
+		e = attachedEntry{d: d, when: time.Now()}
+		s.attachedMu.Lock()
+		if len(s.attached) > 1024 {
+			s.attached = map[string]attachedEntry{}
+		}
+		s.attached[ref] = e
+		s.attachedMu.Unlock()
+	}
+	if e.d == nil {
+		return ""
+	}
+	for _, l := range e.d.Layers {
+		if l.ChainID.String() == chain {
+			return l.Snapshot
+		}
+	}
+	return "" // a layer the conversion did not see (the image was rebuilt): unpacked
 }
 
 func imageOf(opts []snapshots.Opt) string {
