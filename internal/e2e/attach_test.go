@@ -3,12 +3,17 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
@@ -70,7 +75,7 @@ func attachArtifact(t *testing.T, repo string, subject v1.Hash, blob []byte) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, l := range []v1.Layer{static.NewLayer([]byte("{}"), types.MediaType(ocispec.MediaTypeEmptyJSON)),
+	for _, l := range []v1.Layer{static.NewLayer([]byte("{}"), types.MediaType(registry.ArtifactType)),
 		static.NewLayer(blob, types.MediaType(image.MediaType))} {
 		if err := remote.WriteLayer(r, l); err != nil {
 			t.Fatal(err)
@@ -81,7 +86,7 @@ func attachArtifact(t *testing.T, repo string, subject v1.Hash, blob []byte) {
 		t.Fatal(err)
 	}
 	m := ocispec.Manifest{MediaType: ocispec.MediaTypeImageManifest, ArtifactType: registry.ArtifactType,
-		Config:  ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: digest.FromString("{}"), Size: 2},
+		Config:  ocispec.Descriptor{MediaType: registry.ArtifactType, Digest: digest.FromString("{}"), Size: 2},
 		Layers:  []ocispec.Descriptor{{MediaType: image.MediaType, Digest: digest.FromBytes(blob), Size: int64(len(blob))}},
 		Subject: &ocispec.Descriptor{MediaType: string(sub.MediaType), Digest: digest.Digest(subject.String()), Size: sub.Size}}
 	m.SchemaVersion = 2
@@ -111,16 +116,38 @@ func (r rawManifest) MediaType() (types.MediaType, error) { return types.OCIMani
 // converts the image instead.
 func TestAttached(t *testing.T) {
 	testutil.RequireTool(t, "runc", "docker-registry", "containerd", "ctr")
+	for _, tc := range []struct {
+		name string
+		// start starts the registry and returns its address.
+		start func(t *testing.T, dir string) string
+		api   bool // it serves the referrers API (else the referrers tag is used)
+	}{
+		{"distribution-2.8", func(t *testing.T, dir string) string {
+			reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { reg.Stop() })
+			return reg.Addr
+		}, false},
+		// go-containerregistry's registry serves GET /v2/<name>/referrers/<digest>.
+		{"referrers-api", func(t *testing.T, dir string) string {
+			srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)), ggcrregistry.WithReferrersSupport(true)))
+			t.Cleanup(srv.Close)
+			return srv.Listener.Addr().String()
+		}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) { testAttached(t, tc.start, tc.api) })
+	}
+}
+
+func testAttached(t *testing.T, start func(t *testing.T, dir string) string, api bool) {
 	layoutDir := testenv.DebianOCI(t)
 	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
-	reg, err := services.StartRegistry(ctx, services.RegistryOptions{Dir: filepath.Join(work, "registry")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { reg.Stop() })
-	ref := reg.Addr + "/app/debian:v1"
+	regAddr := start(t, filepath.Join(work, "registry"))
+	ref := regAddr + "/app/debian:v1"
 	pushImage(t, layoutImage(t, layoutDir), ref)
 	before := manifestDigest(t, ref)
 
@@ -134,9 +161,21 @@ func TestAttached(t *testing.T) {
 	if after := manifestDigest(t, ref); after != before {
 		t.Fatalf("attaching changed the image: %s, was %s", after, before)
 	}
-	// Debian's registry has no referrers API: the referrers tag holds the artifact.
-	fallback := reg.Addr + "/app/debian:" + strings.Replace(before.String(), ":", "-", 1)
-	manifestDigest(t, fallback)
+	// Where the registry has no referrers API, the referrers tag holds the artifact;
+	// where it has one, the API lists it.
+	if !api {
+		manifestDigest(t, regAddr+"/app/debian:"+strings.Replace(before.String(), ":", "-", 1))
+	} else {
+		resp, err := http.Get("http://" + regAddr + "/v2/app/debian/referrers/" + before.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != 200 || !strings.Contains(string(b), registry.ArtifactType) {
+			t.Fatalf("the referrers API: %s %s", resp.Status, b)
+		}
+	}
 	a.Stop()
 
 	// A node with Slacker: the same name, lazily.
@@ -157,7 +196,7 @@ func TestAttached(t *testing.T) {
 	// Slacker snapshotter, through CRI (which passes the image's name in the
 	// layers' labels), the layers are prepared from the attached descriptor:
 	// nothing downloaded or unpacked, and the pod's start is lazy.
-	pushPause(t, layoutDir, reg.Addr+"/oci/pause:test")
+	pushPause(t, layoutDir, regAddr+"/oci/pause:test")
 	cdir, err := os.MkdirTemp("", "attach-")
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +204,7 @@ func TestAttached(t *testing.T) {
 	t.Cleanup(func() { os.RemoveAll(cdir) })
 	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir,
 		ProxySnapshotters: map[string]string{"slacker": filepath.Join(b.Root, "snapshotter.sock")},
-		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: reg.Addr + "/oci/pause:test", PlainHTTP: []string{reg.Addr}}})
+		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: regAddr + "/oci/pause:test", PlainHTTP: []string{regAddr}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,7 +246,7 @@ func TestAttached(t *testing.T) {
 	if err := json.Unmarshal([]byte(entry), &images); err != nil || len(images) != 1 {
 		t.Fatalf("images --json: %v", err)
 	}
-	repo := reg.Addr + "/app/debian"
+	repo := regAddr + "/app/debian"
 	attachArtifact(t, repo, moved, images[0].Descriptor)
 	attachArtifact(t, repo, moved, []byte("not a descriptor"))
 	_, errOut, code = cnode.CLI(t, "--insecure-registry", "pull", "--no-convert", ref)

@@ -72,7 +72,7 @@ func Attach(ctx context.Context, ref string, d *image.Descriptor, o Options) (*R
 		return nil, err
 	}
 	for _, l := range []v1.Layer{
-		static.NewLayer(emptyJSON, types.MediaType(ocispec.MediaTypeEmptyJSON)),
+		static.NewLayer(emptyJSON, types.MediaType(ArtifactType)),
 		static.NewLayer(blob, types.MediaType(image.MediaType)),
 	} {
 		if err := p.Upload(ctx, r.Context(), l); err != nil {
@@ -83,7 +83,10 @@ func Attach(ctx context.Context, ref string, d *image.Descriptor, o Options) (*R
 	m := ocispec.Manifest{
 		MediaType:    ocispec.MediaTypeImageManifest,
 		ArtifactType: ArtifactType,
-		Config: ocispec.Descriptor{MediaType: ocispec.MediaTypeEmptyJSON, Digest: digest.FromBytes(emptyJSON),
+		// The config is empty, of the artifact's type too: a registry that reports
+		// a referrer's type from its config's media type (OCI 1.0 artifacts, before
+		// artifactType) lists it as ours all the same.
+		Config: ocispec.Descriptor{MediaType: ArtifactType, Digest: digest.FromBytes(emptyJSON),
 			Size: int64(len(emptyJSON)), Data: emptyJSON},
 		Layers: []ocispec.Descriptor{{MediaType: image.MediaType, Digest: digest.FromBytes(blob), Size: int64(len(blob))}},
 		Subject: &ocispec.Descriptor{MediaType: string(subject.MediaType), Digest: digest.Digest(subject.Digest.String()),
