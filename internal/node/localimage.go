@@ -303,9 +303,11 @@ func (n *Node) makeLocalImage(ctx context.Context, snapshot digest.Digest) error
 	defer os.RemoveAll(tmp)
 	format := li.format
 	if format == LocalTree {
-		if err = n.writeTreeImage(ctx, snapshot, tmp); err != nil && ctx.Err() == nil {
+		if err = n.writeTreeImage(ctx, snapshot, tmp); errors.Is(err, errdefs.ErrUnsupported) {
 			// What a tree cannot hold as the image has it (a socket, a name that
-			// overlayfs would take for a whiteout) is still read by the kernel, in ext4.
+			// overlayfs would take for a whiteout) is still read by the kernel, in
+			// ext4. Any other failure (a chunk that does not verify, a full disk)
+			// would fail the ext4 copy too: it is returned.
 			n.log.Warn("local-image-tree-failed", "snapshot", snapshot, "err", err,
 				"action", "writing it in ext4, read through FUSE passthrough")
 			os.RemoveAll(tmp)

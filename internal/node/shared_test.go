@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -432,22 +433,29 @@ func TestLocalImage(t *testing.T) {
 		name   string
 		format LocalImageFormat
 		off    bool
-		// copyFails makes the tree copy fail: the image is written in ext4 instead.
-		copyFails bool
-		lower     string // what the second root's image is: "tree", or a filesystem type
+		// copyErr makes the tree copy fail: an image it refuses (ErrUnsupported)
+		// is written in ext4 instead; on any other failure none is written.
+		copyErr error
+		lower   string // what the second root's image is: "tree", or a filesystem type
 	}{
 		{name: "tree", format: LocalTree, lower: "tree"},
 		{name: "default", lower: "tree"},
 		{name: "ext4", format: LocalExt4, lower: "ext4"},
-		{name: "tree-fails", format: LocalTree, copyFails: true, lower: "ext4"},
+		{name: "tree-refused", format: LocalTree, copyErr: errdefs.Errorf(errdefs.ErrUnsupported, "copy: refused"), lower: "ext4"},
+		{name: "tree-breaks", format: LocalTree, copyErr: errors.New("copy: broke"), lower: "ext4"},
 		{name: "off", off: true, lower: "ext4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			off := tc.off
-			if tc.copyFails {
+			// broken: the tree copy fails for a reason other than the image (a disk
+			// error, a chunk that does not verify): no local image is written.
+			broken := tc.copyErr != nil && !errors.Is(tc.copyErr, errdefs.ErrUnsupported)
+			var copies atomic.Int32
+			if tc.copyErr != nil {
 				saved := copyTree
 				copyTree = func(context.Context, string, string) (archive.Stats, error) {
-					return archive.Stats{}, errors.New("copy: refused")
+					copies.Add(1)
+					return archive.Stats{}, tc.copyErr
 				}
 				t.Cleanup(func() { copyTree = saved })
 			}
@@ -503,10 +511,16 @@ func TestLocalImage(t *testing.T) {
 			// The image's chunks are all in the local store: its local image is written.
 			// Count is the file, there once renamed; Writing ends a moment later.
 			written := func() bool { li := n.Stats().LocalImages; return li.Count > 0 && li.Writing == 0 }
+			if broken {
+				written = func() bool { return copies.Load() > 0 && n.Stats().LocalImages.Writing == 0 }
+			}
 			for deadline := time.Now().Add(20 * time.Second); !off && !written(); time.Sleep(20 * time.Millisecond) {
 				if time.Now().After(deadline) {
-					t.Fatal("no local image written")
+					t.Fatal("no local image written (nor, for a broken copy, tried)")
 				}
+			}
+			if broken {
+				off = true // from here on, as without local images
 			}
 			if li := n.Stats().LocalImages; !off && (li.Count != 1 || li.Bytes < int64(len(big)) || li.Writing != 0) {
 				t.Fatalf("local images %+v; want the image's, written", li)
