@@ -268,6 +268,15 @@ func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint3
 	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }
 
+// begin is the time a request begins, for observe: none is taken without
+// Options.Observe, as reads are the hot path.
+func (n *fileNode) begin() time.Time {
+	if n.fs.opts.Observe == nil {
+		return time.Time{}
+	}
+	return time.Now()
+}
+
 // observe tells Options.Observe of a request begun at start.
 func (n *fileNode) observe(op string, start time.Time, err error) {
 	if o := n.fs.opts.Observe; o != nil {
@@ -276,7 +285,7 @@ func (n *fileNode) observe(op string, start time.Time, err error) {
 }
 
 func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	start := time.Now()
+	start := n.begin()
 	k, err := n.vol.ReadAt(ctx, dest, off)
 	if isEOF(err) {
 		err = nil
@@ -289,7 +298,7 @@ func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off 
 }
 
 func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	start := time.Now()
+	start := n.begin()
 	k, err := n.vol.WriteAt(ctx, data, off)
 	n.observe("write", start, err)
 	if err != nil {
@@ -299,7 +308,7 @@ func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off
 }
 
 func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
-	start := time.Now()
+	start := n.begin()
 	err := n.vol.Sync(ctx)
 	n.observe("fsync", start, err)
 	if err != nil {
@@ -313,7 +322,7 @@ func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { 
 func (n *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
 	switch {
 	case mode&unix.FALLOC_FL_PUNCH_HOLE != 0, mode&unix.FALLOC_FL_ZERO_RANGE != 0:
-		start := time.Now()
+		start := n.begin()
 		err := n.vol.Zero(ctx, int64(off), int64(size))
 		n.observe("zero", start, err)
 		if err != nil {
