@@ -59,7 +59,11 @@ func Attach(ctx context.Context, ref string, d *image.Descriptor, o Options) (*R
 	if err != nil {
 		return nil, mapErr(ref, err)
 	}
-	subject, err := subjectOf(ctx, r, platformOf(d), o)
+	pl, err := remote.NewPuller(o.remote(ctx, r.Context().Registry)...)
+	if err != nil {
+		return nil, mapErr(ref, err)
+	}
+	subject, err := subjectOf(ctx, pl, r, platformOf(d))
 	if err != nil {
 		return nil, err
 	}
@@ -133,13 +137,19 @@ func Attached(ctx context.Context, ref string, o Options) (found []AttachedDescr
 	}
 	ctx, cancel := o.withTimeout(ctx)
 	defer cancel()
-	sub, err := subjectOf(ctx, r, ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH}, o)
+	// One puller for the image, its referrers and their artifacts: one token
+	// exchange and one ping of the registry, not one per request.
+	p, err := remote.NewPuller(o.remote(ctx, r.Context().Registry)...)
+	if err != nil {
+		return nil, "", nil, mapErr(ref, err)
+	}
+	sub, err := subjectOf(ctx, p, r, ocispec.Platform{OS: "linux", Architecture: runtime.GOARCH})
 	if err != nil {
 		return nil, "", nil, err
 	}
 	subject = digest.Digest(sub.Digest.String())
-	opts := append(o.remote(ctx, r.Context().Registry), remote.WithFilter("artifactType", ArtifactType))
-	idx, err := remote.Referrers(r.Context().Digest(subject.String()), opts...)
+	idx, err := remote.Referrers(r.Context().Digest(subject.String()), remote.Reuse(p), remote.WithContext(ctx),
+		remote.WithFilter("artifactType", ArtifactType))
 	if err != nil {
 		return nil, subject, nil, mapErr(ref, err)
 	}
@@ -151,10 +161,6 @@ func Attached(ctx context.Context, ref string, o Options) (found []AttachedDescr
 	if len(ms) > MaxAttached {
 		rejected = append(rejected, Rejected{Err: fmt.Errorf("%d artifacts attached to %s: read the first %d", len(ms), subject, MaxAttached)})
 		ms = ms[:MaxAttached]
-	}
-	p, err := remote.NewPuller(o.remote(ctx, r.Context().Registry)...)
-	if err != nil {
-		return nil, subject, nil, mapErr(ref, err)
 	}
 	for _, m := range ms {
 		if m.ArtifactType != ArtifactType {
@@ -228,11 +234,7 @@ func readAttached(ctx context.Context, p *remote.Puller, repo name.Repository, m
 
 // subjectOf returns the descriptor of the image manifest ref names: the manifest
 // itself, or, for an index, its manifest for platform.
-func subjectOf(ctx context.Context, r name.Reference, platform ocispec.Platform, o Options) (v1.Descriptor, error) {
-	p, err := remote.NewPuller(o.remote(ctx, r.Context().Registry)...)
-	if err != nil {
-		return v1.Descriptor{}, mapErr(r.String(), err)
-	}
+func subjectOf(ctx context.Context, p *remote.Puller, r name.Reference, platform ocispec.Platform) (v1.Descriptor, error) {
 	desc, err := p.Get(ctx, r)
 	if err != nil {
 		return v1.Descriptor{}, mapErr(r.String(), err)
