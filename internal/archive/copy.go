@@ -11,7 +11,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
-	"github.com/slacker-dev/slacker/internal/fdio"
 )
 
 // CopyTree copies the tree at src into dst, an empty directory: every entry with
@@ -48,51 +47,19 @@ func CopyTree(ctx context.Context, src, dst string) (Stats, error) {
 // treeChanges lists every entry of the tree at root, the root first and each
 // directory before what it holds (names sorted), as additions.
 func treeChanges(ctx context.Context, root string) ([]Change, error) {
-	fd, err := unix.Open(root, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read tree %s: %w", root, err)
-	}
-	defer unix.Close(fd)
 	out := []Change{{Path: "."}}
-	if err := treeDir(ctx, fd, "", &out); err != nil {
+	err := walkTree(ctx, root, func(p string, st *unix.Stat_t, _ int) (bool, error) {
+		switch {
+		case strings.HasPrefix(path.Base(p), whiteoutPrefix):
+			return false, errdefs.Errorf(errdefs.ErrUnsupported, "%q: a name a layer takes for a whiteout", p)
+		case st.Mode&unix.S_IFMT == unix.S_IFSOCK:
+			return false, errdefs.Errorf(errdefs.ErrUnsupported, "%q: a socket, which a layer cannot carry", p)
+		}
+		out = append(out, Change{Path: p})
+		return true, nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("read tree %s: %w", root, err)
 	}
 	return out, nil
-}
-
-func treeDir(ctx context.Context, dfd int, rel string, out *[]Change) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	names, err := fdio.ReadDirNames(dfd)
-	if err != nil {
-		return fmt.Errorf("list %q: %w", rel, err)
-	}
-	for _, name := range names {
-		p := path.Join(rel, name)
-		if strings.HasPrefix(name, whiteoutPrefix) {
-			return errdefs.Errorf(errdefs.ErrUnsupported, "%q: a name a layer takes for a whiteout", p)
-		}
-		*out = append(*out, Change{Path: p})
-		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return fmt.Errorf("stat %q: %w", p, err)
-		}
-		if st.Mode&unix.S_IFMT == unix.S_IFSOCK {
-			return errdefs.Errorf(errdefs.ErrUnsupported, "%q: a socket, which a layer cannot carry", p)
-		}
-		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-			continue
-		}
-		cfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-		if err != nil {
-			return fmt.Errorf("open %q: %w", p, err)
-		}
-		err = treeDir(ctx, cfd, p, out)
-		unix.Close(cfd)
-		if err != nil {
-			return err
-		}
-	}
-	return nil
 }

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"strings"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/slacker-dev/slacker/internal/fdio"
 )
 
 // overlayOpaque marks an opaque directory of an overlayfs upper layer.
@@ -29,60 +26,29 @@ func OverlayXattrs(name string) bool { return !strings.HasPrefix(name, "trusted.
 // metacopy or index (mount.OverlayOptions), so that it holds every change as plain
 // files. It reads names, inodes and one xattr; never a file's content.
 func UpperChanges(ctx context.Context, upper string) ([]Change, error) {
-	fd, err := unix.Open(upper, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return nil, fmt.Errorf("read upper layer %s: %w", upper, err)
-	}
-	defer unix.Close(fd)
 	var out []Change
-	if err := upperDir(ctx, fd, "", &out); err != nil {
-		return nil, fmt.Errorf("read upper layer %s: %w", upper, err)
-	}
-	return out, nil
-}
-
-func upperDir(ctx context.Context, dfd int, rel string, out *[]Change) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	names, err := fdio.ReadDirNames(dfd)
-	if err != nil {
-		return fmt.Errorf("list %q: %w", rel, err)
-	}
-	for _, name := range names {
-		p := path.Join(rel, name)
-		var st unix.Stat_t
-		if err := unix.Fstatat(dfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			if errors.Is(err, unix.ENOENT) {
-				continue // removed meanwhile
-			}
-			return fmt.Errorf("stat %q: %w", p, err)
-		}
+	err := walkTree(ctx, upper, func(p string, st *unix.Stat_t, dirfd int) (bool, error) {
 		switch st.Mode & unix.S_IFMT {
 		case unix.S_IFCHR:
 			if st.Rdev == 0 {
-				*out = append(*out, Change{Path: p, Delete: true})
-				continue
+				out = append(out, Change{Path: p, Delete: true})
+				return false, nil
 			}
 		case unix.S_IFDIR:
-			cfd, err := unix.Openat(dfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+			opaque, err := isOpaque(dirfd)
 			if err != nil {
-				return fmt.Errorf("open %q: %w", p, err)
+				return false, fmt.Errorf("%q: %w", p, err)
 			}
-			opaque, err := isOpaque(cfd)
-			if err == nil {
-				*out = append(*out, Change{Path: p, Opaque: opaque})
-				err = upperDir(ctx, cfd, p, out)
-			}
-			unix.Close(cfd)
-			if err != nil {
-				return err
-			}
-			continue
+			out = append(out, Change{Path: p, Opaque: opaque})
+			return true, nil
 		}
-		*out = append(*out, Change{Path: p})
+		out = append(out, Change{Path: p})
+		return false, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("read upper layer %s: %w", upper, err)
 	}
-	return nil
+	return out, nil
 }
 
 func isOpaque(fd int) (bool, error) {
