@@ -460,21 +460,8 @@ func TestLocalImage(t *testing.T) {
 				t.Cleanup(func() { copyTree = saved })
 			}
 			ctx := context.Background()
-			dir := t.TempDir()
-			st, err := local.Open(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			settle := localImageSettle
-			localImageSettle = 50 * time.Millisecond
-			t.Cleanup(func() { localImageSettle = settle })
-			n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
-				DefaultSize: 1 << 30, LocalImageBytes: map[bool]int64{false: 1 << 30, true: 0}[off],
+			n, _ := openLocalImageNode(t, t.TempDir(), Config{LocalImageBytes: map[bool]int64{false: 1 << 30, true: 0}[off],
 				LocalImageFormat: tc.format, ImageRootLinger: map[bool]time.Duration{false: time.Hour, true: 0}[off]})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Close(ctx) })
 			img, big := sharedImage(t, n)
 			run := func(id string) (VolumeStats, string) {
 				t.Helper()
@@ -559,6 +546,31 @@ func TestLocalImage(t *testing.T) {
 	}
 }
 
+// openLocalImageNode opens a node in dir/node on a new local store in dir/store,
+// as the tests of local images want it: cfg's settings, on a cache of 256 MiB in
+// memory and volumes of 1 GiB, and a local image tried once its image root has
+// been idle 50 ms. It is closed with the test.
+func openLocalImageNode(t *testing.T, dir string, cfg Config) (*Node, *local.Store) {
+	t.Helper()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	settle := localImageSettle
+	localImageSettle = 50 * time.Millisecond
+	t.Cleanup(func() { localImageSettle = settle })
+	cfg.Root, cfg.Store, cfg.CacheBytes, cfg.CacheNoDisk, cfg.DefaultSize = filepath.Join(dir, "node"), st, 256<<20, true, 1<<30
+	if cfg.Logger == nil {
+		cfg.Logger = testLogger()
+	}
+	n, err := Open(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { n.Close(context.Background()) })
+	return n, st
+}
+
 // readDirect reads a few 4 KiB blocks of the file at path with O_DIRECT and
 // compares them with want, its content.
 func readDirect(path string, want []byte) error {
@@ -609,19 +621,7 @@ func TestTreeLocalImage(t *testing.T) {
 	testutil.RequireOverlay(t)
 	ctx := context.Background()
 	dir := t.TempDir()
-	st, err := local.Open(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	settle := localImageSettle
-	localImageSettle = 50 * time.Millisecond
-	t.Cleanup(func() { localImageSettle = settle })
-	n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
-		DefaultSize: 1 << 30, LocalImageBytes: 1 << 30, ImageRootLinger: time.Hour, Logger: testLogger()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close(ctx) })
+	n, _ := openLocalImageNode(t, dir, Config{LocalImageBytes: 1 << 30, ImageRootLinger: time.Hour})
 	img := richImage(t, n)
 	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "first", Snapshot: img, Mode: RootShared}); err != nil {
 		t.Fatal(err)
@@ -716,17 +716,7 @@ func TestLocalImageCorruptChunk(t *testing.T) {
 	for _, format := range []LocalImageFormat{LocalTree, LocalExt4} {
 		t.Run(string(format), func(t *testing.T) {
 			ctx := context.Background()
-			dir := t.TempDir()
-			st, err := local.Open(filepath.Join(dir, "store"))
-			if err != nil {
-				t.Fatal(err)
-			}
-			n, err := Open(ctx, Config{Root: filepath.Join(dir, "node"), Store: st, CacheBytes: 256 << 20, CacheNoDisk: true,
-				DefaultSize: 1 << 30, LocalImageBytes: 1 << 30, LocalImageFormat: format, Logger: testLogger()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { n.Close(ctx) })
+			n, st := openLocalImageNode(t, t.TempDir(), Config{LocalImageBytes: 1 << 30, LocalImageFormat: format})
 			img, big := sharedImage(t, n)
 			if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: RootShared}); err != nil {
 				t.Fatal(err)
