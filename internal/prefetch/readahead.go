@@ -29,9 +29,10 @@ func (ra *readahead) pause(d time.Duration) {
 // window moves on with the reader rather than stopping where the last one ended):
 // the window doubles with each read in sequence, up to MaxReadahead, and is topped
 // up whenever less than half of it lies ahead of the reader. A random reader
-// fetches nothing extra. Reads that run concurrently (one FUSE request spans
-// several chunks) may arrive a little out of order; a few chunks of slack keep
-// them in sequence.
+// fetches nothing extra, nor does one that reads backwards. Reads that run
+// concurrently may arrive a little out of order: a read up to a chunk behind the
+// stream's end, or up to a chunk past it, leaves the stream as it is or moves
+// it on; only a read that moves the end on counts towards the window.
 func (r *Reader) readahead(off int64, pc blockmap.Piece) {
 	ra := &r.ra
 	if time.Now().UnixNano() < ra.paused.Load() {
@@ -41,11 +42,17 @@ func (r *Reader) readahead(off int64, pc blockmap.Piece) {
 	end := pc.Offset + pc.Length
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
-	sequential := ra.end > 0 && off >= ra.end-size && off <= ra.end+size
-	if sequential {
+	near := ra.end > 0 && off >= ra.end-size && off <= ra.end+size
+	switch {
+	case near && end > ra.end: // the stream moves on
 		ra.streak++
-		ra.end = max(ra.end, end)
-	} else {
+		ra.end = end
+	case near:
+		// Behind the stream's end: a late piece of it (concurrent reads arrive out
+		// of order), or a reader going backwards (page faults through a mapped
+		// file do): neither moves the stream on, nor breaks it.
+		return
+	default:
 		ra.streak, ra.end, ra.ahead = 0, end, 0
 	}
 	if ra.streak < 2 { // a stream starts at the third read in sequence

@@ -68,8 +68,8 @@ func (f *fakeCache) BatchLoads() bool { return f.batch }
 // TestReadaheadKeepsAhead reads an image of 256 chunks sequentially, 128 KiB at a
 // time (as the kernel does): after the first few, every chunk has been loaded
 // ahead before the reader gets to it, however many of the earlier ones hit, and
-// the bytes those loads fetched are the reader's. A reader jumping at random loads
-// nothing ahead.
+// the bytes those loads fetched are the reader's, also when the reads arrive out
+// of order. A reader jumping at random, or going backwards, loads nothing ahead.
 func TestReadaheadKeepsAhead(t *testing.T) {
 	const chunk, n = 256 << 10, 256
 	m := chunkedMap(n, chunk)
@@ -105,6 +105,25 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 			}
 			return o
 		}, 4, n, 3, false},
+		// Concurrent reads arrive out of order: each pair of 128 KiB reads comes
+		// second half first. The stream is still seen.
+		{"sequential, out of order", func() []int64 {
+			var o []int64
+			for off := int64(0); off < n*chunk; off += 256 << 10 {
+				o = append(o, off+128<<10, off)
+			}
+			return o
+		}, 4, n, 0, false},
+		// Page faults through a mapped file can walk it backwards, a few pages at
+		// a time: nothing is loaded ahead of such a reader (that was 16 MiB,
+		// fetched past a binary for a container that only ran `cat`).
+		{"backwards", func() []int64 {
+			var o []int64
+			for off := int64(200 * chunk); off >= 190*chunk; off -= 32 << 10 {
+				o = append(o, off)
+			}
+			return o
+		}, 200, 0, 0, false},
 		{"random", func() []int64 {
 			r := rand.New(rand.NewPCG(1, 2))
 			var o []int64
