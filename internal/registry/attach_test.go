@@ -1,6 +1,7 @@
 package registry
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,13 +13,54 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/static"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 )
+
+// attachRegistries are the two kinds of registry: Debian's (no referrers API: the
+// referrers tag) and go-containerregistry's, which serves the referrers API.
+var attachRegistries = []struct {
+	name  string
+	start func(t *testing.T) string // the registry's address
+}{
+	{"distribution-2.8", func(t *testing.T) string { return startRegistry(t).Addr }},
+	{"referrers-api", func(t *testing.T) string {
+		srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)),
+			ggcrregistry.WithReferrersSupport(true)))
+		t.Cleanup(srv.Close)
+		return srv.Listener.Addr().String()
+	}},
+}
+
+// pushRandomImage pushes a small random image to ref and returns its manifest
+// digest.
+func pushRandomImage(t *testing.T, ref string) digest.Digest {
+	t.Helper()
+	img, err := random.Image(1024, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(r, img); err != nil {
+		t.Fatal(err)
+	}
+	h, err := img.Digest()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return digest.Digest(h.String())
+}
 
 // TestAttachedChoice: two descriptors attached to one image (two conversions,
 // two stores) come back newest first, and ChooseAttached takes the newest the node
@@ -27,37 +69,11 @@ import (
 // Both kinds of registry: Debian's (the referrers tag) and one that serves the
 // referrers API.
 func TestAttachedChoice(t *testing.T) {
-	for _, tc := range []struct {
-		name  string
-		start func(t *testing.T) string
-	}{
-		{"distribution-2.8", func(t *testing.T) string { return startRegistry(t).Addr }},
-		{"referrers-api", func(t *testing.T) string {
-			srv := httptest.NewServer(ggcrregistry.New(ggcrregistry.Logger(log.New(io.Discard, "", 0)),
-				ggcrregistry.WithReferrersSupport(true)))
-			t.Cleanup(srv.Close)
-			return srv.Listener.Addr().String()
-		}},
-	} {
+	for _, tc := range attachRegistries {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			ref := tc.start(t) + "/app/x:v1"
-			img, err := random.Image(1024, 1)
-			if err != nil {
-				t.Fatal(err)
-			}
-			r, err := name.ParseReference(ref, name.Insecure)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := remote.Write(r, img); err != nil {
-				t.Fatal(err)
-			}
-			h, err := img.Digest()
-			if err != nil {
-				t.Fatal(err)
-			}
-			src := digest.Digest(h.String())
+			src := pushRandomImage(t, ref)
 			if found, _, _, err := Attached(ctx, ref, Options{}); err != nil || len(found) != 0 {
 				t.Fatalf("nothing attached yet: %v, %v", found, err)
 			}
@@ -98,4 +114,74 @@ func TestAttachedChoice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAttachedTooLarge: an artifact attached to the image whose descriptor is
+// larger than a descriptor can be is passed over, with its reason, and never read;
+// the good descriptor attached beside it is still found.
+func TestAttachedTooLarge(t *testing.T) {
+	for _, tc := range attachRegistries {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := t.Context()
+			ref := tc.start(t) + "/app/x:v1"
+			src := pushRandomImage(t, ref)
+			good := &image.Descriptor{Snapshot: digest.FromString("good"), Size: 1 << 30, DataSize: 1 << 20,
+				Created: time.Now().UTC().Truncate(time.Second), Source: &image.Source{Reference: ref, ManifestDigest: src}}
+			if _, err := Attach(ctx, ref, good, Options{}); err != nil {
+				t.Fatal(err)
+			}
+			big := pushArtifact(t, ref, src, make([]byte, image.MaxSize+1))
+			found, _, rejected, err := Attached(ctx, ref, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(found) != 1 || found[0].Descriptor.Snapshot != good.Snapshot {
+				t.Fatalf("found %+v, want the good descriptor alone", found)
+			}
+			if len(rejected) != 1 || rejected[0].Artifact != big || !errors.Is(rejected[0].Err, image.ErrMalformed) ||
+				!strings.Contains(rejected[0].Err.Error(), "larger than") {
+				t.Fatalf("rejected %+v, want artifact %s, too large", rejected, big)
+			}
+		})
+	}
+}
+
+// pushArtifact attaches blob to the image subject at ref as a Slacker descriptor
+// artifact, as Attach would but whatever blob holds, and returns the artifact's
+// manifest digest.
+func pushArtifact(t *testing.T, ref string, subject digest.Digest, blob []byte) digest.Digest {
+	t.Helper()
+	r, err := name.ParseReference(ref, name.Insecure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	desc, err := remote.Get(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range []v1.Layer{
+		static.NewLayer(emptyJSON, types.MediaType(ArtifactType)),
+		static.NewLayer(blob, types.MediaType(image.MediaType)),
+	} {
+		if err := remote.WriteLayer(r.Context(), l); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := ocispec.Manifest{
+		MediaType:    ocispec.MediaTypeImageManifest,
+		ArtifactType: ArtifactType,
+		Config:       ocispec.Descriptor{MediaType: ArtifactType, Digest: digest.FromBytes(emptyJSON), Size: int64(len(emptyJSON))},
+		Layers:       []ocispec.Descriptor{{MediaType: image.MediaType, Digest: digest.FromBytes(blob), Size: int64(len(blob))}},
+		Subject:      &ocispec.Descriptor{MediaType: string(desc.MediaType), Digest: subject, Size: desc.Size},
+	}
+	m.SchemaVersion = 2
+	mb, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	md := digest.FromBytes(mb)
+	if err := remote.Put(r.Context().Digest(md.String()), rawManifest{mb, types.OCIManifestSchema1}); err != nil {
+		t.Fatal(err)
+	}
+	return md
 }
