@@ -150,10 +150,14 @@ func (c *Containerd) Ctr(ctx context.Context, args ...string) (string, error) {
 // PID returns containerd's process ID.
 func (c *Containerd) PID() int { return c.proc.cmd.Process.Pid }
 
-// Stop stops containerd (its shims exit with their containers) and unmounts what it
-// left mounted under its directory.
+// Stop kills the containers containerd still runs (a test that failed before
+// removing its containers or pods leaves them running otherwise, with their
+// roots' mounts), stops containerd and its shims, and unmounts what it left
+// mounted under its directory.
 func (c *Containerd) Stop() error {
+	killContainers(c.Socket)
 	err := c.proc.stop(10 * time.Second)
+	killShims(c.Socket)
 	unmountUnder(c.Dir)
 	return err
 }
