@@ -94,6 +94,8 @@ func (d *Data) findResults(src string) (string, string, error) {
 		return rel, "docker", nil
 	case dir == "docs/bench" && strings.HasPrefix(src, "stores-"):
 		return rel, "stores", nil
+	case dir == "docs/bench" && strings.HasPrefix(src, "attached-"):
+		return rel, "attached", nil
 	case dir == "docs/hellobench":
 		return rel, "hello", nil
 	case strings.HasPrefix(dir, "docs/eval"):

@@ -37,18 +37,22 @@ func init() {
 			return x - l, err
 		}),
 		// runs: cold runs per image and system.
-		"runs": number(0, func(d *Data, src string, _ []string) (float64, error) {
-			r, err := d.stores(src)
-			if err != nil {
-				return 0, err
-			}
-			return float64(r.Runs), nil
-		}),
+		"runs": storesRuns,
 		// table: docs/BENCHMARKS.md's table of medians, one row per image and
 		// store, as the benchmark prints it with the stores named for readers.
 		"table": text(storesTable),
 	}
 }
+
+// storesRuns is the runs figure of a results file in BenchmarkDeployStores's
+// format: cold runs per image and system.
+var storesRuns = number(0, func(d *Data, src string, _ []string) (float64, error) {
+	r, err := d.stores(src)
+	if err != nil {
+		return 0, err
+	}
+	return float64(r.Runs), nil
+})
 
 func (d *Data) stores(src string) (*e2ebench.StoresResults, error) {
 	return load(d, src, e2ebench.ReadStores)

@@ -102,6 +102,17 @@ func TestCommittedResults(t *testing.T) {
 	if got := s.Median("local", "minbase", StoresPullRun); math.Round(got*1000) != 251 {
 		t.Errorf("stores local minbase pull + run median %v, the table says 251 ms", got)
 	}
+	a, err := ReadAttached(filepath.Join("..", "..", "docs", "bench", "attached-2026-11-27.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Runs != 5 || !reflect.DeepEqual(a.Systems(), []string{AttachedOrdinary, AttachedSlacker, AttachedStock}) ||
+		len(a.Samples) != 5*2*3*4 || a.Table == "" {
+		t.Errorf("attached: runs %d, systems %v, %d samples", a.Runs, a.Systems(), len(a.Samples))
+	}
+	if got := a.Median(AttachedOrdinary, "big", StoresPullRun); math.Round(got*1000) != 276 {
+		t.Errorf("attached ordinary-name big pull + run median %v, the table says 276 ms", got)
+	}
 }
 
 // What the benchmarks write reads back the same: the field names are the format.

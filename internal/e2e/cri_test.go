@@ -38,7 +38,7 @@ func pushPause(t *testing.T, layoutDir, ref string) {
 }
 
 // criClients dials containerd's CRI service as the kubelet does.
-func criClients(t *testing.T, socket string) (cri.RuntimeServiceClient, cri.ImageServiceClient) {
+func criClients(t testing.TB, socket string) (cri.RuntimeServiceClient, cri.ImageServiceClient) {
 	t.Helper()
 	conn, err := grpc.Dial("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
