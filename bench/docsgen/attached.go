@@ -13,10 +13,7 @@ import (
 // benchmark's (pull_s, run_s, pull_run_s, fetched_bytes).
 func init() {
 	figures["attached"] = map[string]figure{
-		// median SYSTEMS IMAGES METRIC
-		"median": storesFigure(3, func(r *e2ebench.StoresResults, sys, img string, a []string) (float64, error) {
-			return storesMedian(r, sys, img, a[2])
-		}),
+		"median": storesMedianFigure, // median SYSTEMS IMAGES METRIC
 		// vs SYSTEMS IMAGES OTHER: pull + run of SYSTEMS over OTHER's.
 		"vs": storesFigure(3, func(r *e2ebench.StoresResults, sys, img string, a []string) (float64, error) {
 			x, err := storesMedian(r, sys, img, e2ebench.StoresPullRun)

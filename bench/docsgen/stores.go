@@ -14,10 +14,7 @@ import (
 // run_s, pull_run_s, fetched_bytes).
 func init() {
 	figures["stores"] = map[string]figure{
-		// median SYSTEMS IMAGES METRIC
-		"median": storesFigure(3, func(r *e2ebench.StoresResults, sys, img string, a []string) (float64, error) {
-			return storesMedian(r, sys, img, a[2])
-		}),
+		"median": storesMedianFigure, // median SYSTEMS IMAGES METRIC
 		// vs-local SYSTEMS IMAGES: pull + run over the local store's.
 		"vs-local": storesFigure(2, func(r *e2ebench.StoresResults, sys, img string, a []string) (float64, error) {
 			x, err := storesMedian(r, sys, img, e2ebench.StoresPullRun)
@@ -43,6 +40,12 @@ func init() {
 		"table": text(storesTable),
 	}
 }
+
+// storesMedianFigure is the median figure of a results file in
+// BenchmarkDeployStores's format: median SYSTEMS IMAGES METRIC.
+var storesMedianFigure = storesFigure(3, func(r *e2ebench.StoresResults, sys, img string, a []string) (float64, error) {
+	return storesMedian(r, sys, img, a[2])
+})
 
 // storesRuns is the runs figure of a results file in BenchmarkDeployStores's
 // format: cold runs per image and system.
