@@ -138,6 +138,12 @@ func WriteLayerFromDir(ctx context.Context, dir, blobs string) (Blob, error) {
 	return writeLayerFromDir(ctx, dir, blobs, time.Time{})
 }
 
+// WriteLayerFromDirAt is WriteLayerFromDir with every entry's mtime written as
+// mtime: the same files give the same blob whenever they were written.
+func WriteLayerFromDirAt(ctx context.Context, dir, blobs string, mtime time.Time) (Blob, error) {
+	return writeLayerFromDir(ctx, dir, blobs, mtime)
+}
+
 // appTime is the mtime of every entry of an app layer, whose content is fully
 // determined by its definition: the date of the paper's HelloBench snapshot.
 var appTime = time.Date(2015, 6, 1, 0, 0, 0, 0, time.UTC)

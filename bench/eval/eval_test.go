@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slacker-dev/slacker/bench/corpus"
 	"github.com/slacker-dev/slacker/bench/rig"
 )
 
@@ -184,5 +185,39 @@ func TestSlackerSystems(t *testing.T) {
 				t.Errorf("modes %q: %s drawn %d times in 20 shuffles", tt.modes, n, seen[n])
 			}
 		}
+	}
+}
+
+// TestBuildImageReproducible: the same layer functions make the same layers, even
+// when the files are written more than a second apart (their mtimes would differ).
+func TestBuildImageReproducible(t *testing.T) {
+	dir := t.TempDir()
+	fill := func(d string) error { return os.WriteFile(filepath.Join(d, "f"), []byte("same\n"), 0o644) }
+	layers := func(name string) []string {
+		if _, err := BuildImage(t.Context(), dir, name, []LayerFunc{fill}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := corpus.OpenLayout(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tags, err := l.Tags()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, _, err := l.Manifest(tags[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, d := range m.Layers {
+			out = append(out, d.Digest.String())
+		}
+		return out
+	}
+	a := layers("a")
+	time.Sleep(1100 * time.Millisecond)
+	if b := layers("b"); !slices.Equal(a, b) {
+		t.Fatalf("the same files built twice made layers %v and %v", a, b)
 	}
 }

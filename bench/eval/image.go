@@ -46,7 +46,9 @@ func BuildImage(ctx context.Context, dir, name string, fills []LayerFunc) (rig.I
 			if err := fill(ld); err != nil {
 				return fmt.Errorf("image %s layer %d: %w", name, i+1, err)
 			}
-			b, err := corpus.WriteLayerFromDir(ctx, ld, l.BlobsDir())
+			// Every file at buildTime: the same files make the same layer, whenever
+			// they were written.
+			b, err := corpus.WriteLayerFromDirAt(ctx, ld, l.BlobsDir(), buildTime)
 			if err != nil {
 				return fmt.Errorf("image %s layer %d: %w", name, i+1, err)
 			}
@@ -57,6 +59,11 @@ func BuildImage(ctx context.Context, dir, name string, fills []LayerFunc) (rig.I
 	}
 	return assemble(l, name, layers, build)
 }
+
+// buildTime is the time of every image the evaluation builds: its config's and
+// history's, and every file's in its layers, so that an image built twice is the
+// same image.
+var buildTime = time.Date(2015, 6, 1, 0, 0, 0, 0, time.UTC)
 
 // assemble returns the image tagged name in l if present; otherwise it runs build
 // (which fills layers) and writes the config, manifest and tag.
@@ -80,7 +87,7 @@ func assemble(l *corpus.Layout, name string, layers []layerBlob, build func() er
 	if err := build(); err != nil {
 		return img, err
 	}
-	created := v1.Time{Time: time.Date(2015, 6, 1, 0, 0, 0, 0, time.UTC)}
+	created := v1.Time{Time: buildTime}
 	cfg := v1.ConfigFile{Architecture: "amd64", OS: "linux", Created: created, RootFS: v1.RootFS{Type: "layers"},
 		Config: v1.Config{Cmd: []string{"/bin/true"}, Labels: map[string]string{"org.slacker.eval.image": name}}}
 	m := v1.Manifest{SchemaVersion: 2, MediaType: types.OCIManifestSchema1}
