@@ -396,9 +396,12 @@ func (n *Node) writeTreeImage(ctx context.Context, snapshot digest.Digest, dir s
 // copyTree is archive.CopyTree; a test makes it fail.
 var copyTree = archive.CopyTree
 
-// diskBytes returns the disk the file or tree at path takes.
+// diskBytes returns the disk the file or tree at path takes: a file of several
+// names (hard links) counts once.
 func diskBytes(path string) (int64, error) {
 	var total int64
+	type inode struct{ dev, ino uint64 }
+	linked := map[inode]bool{}
 	err := filepath.WalkDir(path, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -407,9 +410,18 @@ func diskBytes(path string) (int64, error) {
 		if err != nil {
 			return err
 		}
-		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			total += st.Blocks * 512
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok {
+			return nil
 		}
+		if !d.IsDir() && st.Nlink > 1 {
+			id := inode{uint64(st.Dev), st.Ino}
+			if linked[id] {
+				return nil
+			}
+			linked[id] = true
+		}
+		total += st.Blocks * 512
 		return nil
 	})
 	return total, err
