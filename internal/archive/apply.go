@@ -424,11 +424,12 @@ func pwriteAll(fd int, b []byte, off int64) error {
 	return nil
 }
 
-// copyContent copies size bytes of r into fd. Runs of zeros as long as a read become
-// holes, so sparse files (a 300 GB /var/log/lastlog) stay sparse on the snapshot.
+// copyContent copies size bytes of r into fd. Every 4 KiB block of zeros becomes a
+// hole, so sparse files (a 300 GB /var/log/lastlog) stay sparse on the snapshot,
+// as `cp --sparse=always` would leave them; runs of data are written at once.
 func (a *applier) copyContent(fd int, r io.Reader, size int64) error {
 	var n int64
-	hole := false
+	hole := false // the file ends in a hole so far: its size is set at the end
 	for n < size {
 		if err := a.ctx.Err(); err != nil {
 			return err
@@ -436,15 +437,8 @@ func (a *applier) copyContent(fd int, r io.Reader, size int64) error {
 		chunk := a.buf[:min(int64(len(a.buf)), size-n)]
 		m, err := io.ReadFull(r, chunk)
 		if m > 0 {
-			if allZero(chunk[:m]) {
-				if _, err := unix.Seek(fd, int64(m), io.SeekCurrent); err != nil {
-					return err
-				}
-				hole = true
-			} else if err := writeAll(fd, chunk[:m]); err != nil {
+			if hole, err = writeSparse(fd, chunk[:m], hole); err != nil {
 				return err
-			} else {
-				hole = false
 			}
 			n += int64(m)
 		}
@@ -459,6 +453,32 @@ func (a *applier) copyContent(fd int, r io.Reader, size int64) error {
 		return unix.Ftruncate(fd, size)
 	}
 	return nil
+}
+
+// sparseBlock is the unit in which zeros become holes.
+const sparseBlock = 4096
+
+// writeSparse writes b at fd's offset, seeking over each block of zeros instead
+// of writing it; hole says whether what was written before ends in a hole, and
+// it returns whether b does.
+func writeSparse(fd int, b []byte, hole bool) (bool, error) {
+	for len(b) > 0 {
+		// The next run of blocks that are all zeros, or none of them.
+		zero := allZero(b[:min(sparseBlock, len(b))])
+		run := 0
+		for run < len(b) && allZero(b[run:min(run+sparseBlock, len(b))]) == zero {
+			run = min(run+sparseBlock, len(b))
+		}
+		if zero {
+			if _, err := unix.Seek(fd, int64(run), io.SeekCurrent); err != nil {
+				return hole, err
+			}
+		} else if err := writeAll(fd, b[:run]); err != nil {
+			return hole, err
+		}
+		hole, b = zero, b[run:]
+	}
+	return hole, nil
 }
 
 func allZero(b []byte) bool {

@@ -20,7 +20,8 @@ import (
 // symlink and nothing is written outside dst. src must not change meanwhile.
 // What a layer cannot carry is refused before anything is copied, with
 // errdefs.ErrUnsupported: a socket, and a name that starts with ".wh." (a
-// whiteout in a layer). Holes are not kept: a sparse file is written whole.
+// whiteout in a layer). Holes are kept as Apply keeps them: every 4 KiB block of
+// zeros is a hole in the copy.
 func CopyTree(ctx context.Context, src, dst string) (Stats, error) {
 	cs, err := treeChanges(ctx, src)
 	if err != nil {
