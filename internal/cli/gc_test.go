@@ -9,15 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
-	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/names"
 	"github.com/slacker-dev/slacker/internal/registry"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
 // TestGCRootsOfRegistryReferences: `slacker gc --registry REF` keeps what REF
@@ -32,26 +30,12 @@ func TestGCRootsOfRegistryReferences(t *testing.T) {
 
 	// An ordinary image, a descriptor of two layers attached to it.
 	ordinary := addr + "/app/x:v1"
-	img, err := random.Image(1024, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := name.ParseReference(ordinary, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	h, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
+	subject := services.PushRandomImage(t, ordinary)
 	desc := func(s string) *image.Descriptor {
 		return &image.Descriptor{Snapshot: digest.FromString(s), Size: 1 << 30, DataSize: 1 << 20,
 			Created: time.Now().UTC().Truncate(time.Second),
-			Layers: []image.Layer{{Snapshot: digest.FromString(s + " layer 1")}, {Snapshot: digest.FromString(s)}},
-			Source: &image.Source{Reference: ordinary, ManifestDigest: digest.Digest(h.String())}}
+			Layers:  []image.Layer{{Snapshot: digest.FromString(s + " layer 1")}, {Snapshot: digest.FromString(s)}},
+			Source:  &image.Source{Reference: ordinary, ManifestDigest: subject}}
 	}
 	attached := desc("attached")
 	if _, err := registry.Attach(ctx, ordinary, attached, registry.Options{}); err != nil {

@@ -14,7 +14,6 @@ import (
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -23,6 +22,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
 // attachRegistries are the two kinds of registry: Debian's (no referrers API: the
@@ -40,28 +40,6 @@ var attachRegistries = []struct {
 	}},
 }
 
-// pushRandomImage pushes a small random image to ref and returns its manifest
-// digest.
-func pushRandomImage(t *testing.T, ref string) digest.Digest {
-	t.Helper()
-	img, err := random.Image(1024, 1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r, err := name.ParseReference(ref, name.Insecure)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := remote.Write(r, img); err != nil {
-		t.Fatal(err)
-	}
-	h, err := img.Digest()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return digest.Digest(h.String())
-}
-
 // TestAttachedChoice: two descriptors attached to one image (two conversions,
 // two stores) come back newest first, and ChooseAttached takes the newest the node
 // can use, saying why it passed over the others; a descriptor made from another
@@ -73,7 +51,7 @@ func TestAttachedChoice(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			ref := tc.start(t) + "/app/x:v1"
-			src := pushRandomImage(t, ref)
+			src := services.PushRandomImage(t, ref)
 			if found, _, _, err := Attached(ctx, ref, Options{}); err != nil || len(found) != 0 {
 				t.Fatalf("nothing attached yet: %v, %v", found, err)
 			}
@@ -124,7 +102,7 @@ func TestAttachedTooLarge(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := t.Context()
 			ref := tc.start(t) + "/app/x:v1"
-			src := pushRandomImage(t, ref)
+			src := services.PushRandomImage(t, ref)
 			good := &image.Descriptor{Snapshot: digest.FromString("good"), Size: 1 << 30, DataSize: 1 << 20,
 				Created: time.Now().UTC().Truncate(time.Second), Source: &image.Source{Reference: ref, ManifestDigest: src}}
 			if _, err := Attach(ctx, ref, good, Options{}); err != nil {

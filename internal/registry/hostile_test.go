@@ -15,7 +15,6 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	ggcrregistry "github.com/google/go-containerregistry/pkg/registry"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/google/go-containerregistry/pkg/v1/static"
 	"github.com/google/go-containerregistry/pkg/v1/types"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
+	"github.com/slacker-dev/slacker/internal/testenv/services"
 )
 
 // lyingRegistry is go-containerregistry's in-process registry (lenient enough to
@@ -136,13 +136,7 @@ func TestPullHostileManifests(t *testing.T) {
 			putManifest(ref, manifest(ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromString("{}"), Size: 2},
 				[]ocispec.Descriptor{d}, nil))
 		}, image.ErrMalformed, "annotation says"},
-		{"an ordinary image", func(ref string) {
-			img, _ := random.Image(512, 1)
-			r, _ := name.ParseReference(ref)
-			if err := remote.Write(r, img); err != nil {
-				t.Fatal(err)
-			}
-		}, ErrNotSlacker, "slacker convert"},
+		{"an ordinary image", func(ref string) { services.PushRandomImage(t, ref) }, ErrNotSlacker, "slacker convert"},
 	}
 	for i, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -14,8 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-containerregistry/pkg/name"
-	"github.com/google/go-containerregistry/pkg/v1/random"
 	"github.com/google/go-containerregistry/pkg/v1/remote"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -67,11 +65,7 @@ func TestPushPull(t *testing.T) {
 	}
 	// An ordinary OCI image is refused with advice, never used as if it were ours.
 	plain := reg.Addr + "/plain/image:v1"
-	img, _ := random.Image(1024, 1)
-	pr, _ := name.ParseReference(plain)
-	if err := remote.Write(pr, img); err != nil {
-		t.Fatal(err)
-	}
+	services.PushRandomImage(t, plain)
 	if _, _, err := Pull(ctx, plain, Options{}); !errors.Is(err, ErrNotSlacker) || errdefs.KindOf(err) != errdefs.Unsupported || !strings.Contains(err.Error(), "slacker convert") {
 		t.Fatalf("ordinary image: %v", err)
 	}

@@ -4,6 +4,7 @@
 // Go module proxy and cached). Each runs with its own configuration
 // under a caller-chosen directory (never system paths; dockerd's one exception,
 // /run/docker/plugins, is removed again if it made it), in its own process group, is
-// waited for until it answers, and is stopped by PID. It is test and benchmark
-// infrastructure: slacker and slackerd never link it (cmd/deps_test.go).
+// waited for until it answers, and is stopped by PID. PushRandomImage puts a small
+// ordinary image in a registry. It is test and benchmark infrastructure: slacker
+// and slackerd never link it (cmd/deps_test.go).
 package services
