@@ -2,12 +2,10 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -123,15 +121,7 @@ func BenchmarkDeployAttached(b *testing.B) {
 				corpus.HumanBytes(int64(results.Median(sys, name, e2ebench.StoresFetched))))
 		}
 	}
-	// Printed, not logged: go test cuts a benchmark's log short.
-	fmt.Fprintf(os.Stderr, "medians of %d cold runs, %s, %d CPUs:\n%s", runs, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), table.String())
-	if out := os.Getenv("SLACKER_BENCH_RESULTS"); out != "" {
-		results.Date, results.Table = time.Now().UTC(), table.String()
-		data, _ := json.MarshalIndent(results, "", "  ")
-		if err := os.WriteFile(out, data, 0o644); err != nil {
-			b.Fatal(err)
-		}
-	}
+	reportDeploy(b, results, table.String())
 }
 
 // deployment is one cold deployment's measurements.

@@ -159,10 +159,16 @@ func BenchmarkDeployStores(b *testing.B) {
 				corpus.HumanBytes(int64(results.Median(s.name, name, e2ebench.StoresFetched))))
 		}
 	}
+	reportDeploy(b, results, table.String())
+}
+
+// reportDeploy prints the medians table of a deployment benchmark and, with
+// SLACKER_BENCH_RESULTS=FILE, writes its results there as JSON.
+func reportDeploy(b *testing.B, results *e2ebench.StoresResults, table string) {
 	// Printed, not logged: go test cuts a benchmark's log short.
-	fmt.Fprintf(os.Stderr, "medians of %d cold runs, %s, %d CPUs:\n%s", runs, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), table.String())
+	fmt.Fprintf(os.Stderr, "medians of %d cold runs, %s, %d CPUs:\n%s", results.Runs, time.Now().UTC().Format("2006-01-02"), runtime.NumCPU(), table)
 	if out := os.Getenv("SLACKER_BENCH_RESULTS"); out != "" {
-		results.Date, results.Table = time.Now().UTC(), table.String()
+		results.Date, results.Table = time.Now().UTC(), table
 		data, _ := json.MarshalIndent(results, "", "  ")
 		if err := os.WriteFile(out, data, 0o644); err != nil {
 			b.Fatal(err)
