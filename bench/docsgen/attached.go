@@ -1,9 +1,6 @@
 package docsgen
 
 import (
-	"fmt"
-	"strings"
-
 	"github.com/slacker-dev/slacker/bench/e2ebench"
 )
 
@@ -32,45 +29,13 @@ func init() {
 
 // attachedNames are the systems of BenchmarkDeployAttached in the order of its
 // table, named for readers.
-var attachedNames = []struct{ system, name string }{
+var attachedNames = []namedSystem{
 	{e2ebench.AttachedOrdinary, "ordinary name, descriptor attached (Slacker snapshotter)"},
 	{e2ebench.AttachedSlacker, "Slacker name (Slacker snapshotter)"},
 	{e2ebench.AttachedStock, "ordinary name, stock containerd (overlayfs)"},
 }
 
 func attachedTable(d *Data, srcs []string, args []string) (string, error) {
-	if len(srcs) != 1 || len(args) != 0 {
-		return "", fmt.Errorf("table: one source, no arguments")
-	}
-	r, err := d.stores(srcs[0])
-	if err != nil {
-		return "", err
-	}
-	var b strings.Builder
-	b.WriteString("| image | deployed as | CRI pull | run echo hello | pull + run | vs the Slacker name | moved |\n| --- | --- | --- | --- | --- | --- | --- |\n")
-	for _, img := range r.Images {
-		ref, err := storesMedian(r, e2ebench.AttachedSlacker, img, e2ebench.StoresPullRun)
-		if err != nil {
-			return "", err
-		}
-		for i, s := range attachedNames {
-			var v [4]float64
-			for j, m := range []string{e2ebench.StoresPull, e2ebench.StoresRun, e2ebench.StoresPullRun, e2ebench.StoresFetched} {
-				if v[j], err = storesMedian(r, s.system, img, m); err != nil {
-					return "", err
-				}
-			}
-			label := "| " + img + " |"
-			if i > 0 {
-				label = "| |"
-			}
-			var e fv
-			fmt.Fprintf(&b, "%s %s | %s | %s | %s | %s | %s |\n", label, s.name, e.f("ms0", v[0]), e.f("ms0", v[1]), e.f("ms0", v[2]),
-				e.f("x2", v[2]/ref), e.f("hbytes", v[3]))
-			if e.err != nil {
-				return "", e.err
-			}
-		}
-	}
-	return b.String(), nil
+	return deployTable(d, srcs, args, attachedNames, e2ebench.AttachedSlacker,
+		"| image | deployed as | CRI pull | run echo hello | pull + run | vs the Slacker name | moved |")
 }

@@ -90,9 +90,12 @@ func storesFigure(nargs int, f func(r *e2ebench.StoresResults, sys, img string, 
 	})
 }
 
+// namedSystem is a system of a deployment benchmark and its name for readers.
+type namedSystem struct{ system, name string }
+
 // storeNames are the systems of BenchmarkDeployStores in the order of its table,
 // named for readers.
-var storeNames = []struct{ system, name string }{
+var storeNames = []namedSystem{
 	{"local", "local"},
 	{"s3", "S3"},
 	{"registry", "registry"},
@@ -101,6 +104,14 @@ var storeNames = []struct{ system, name string }{
 }
 
 func storesTable(d *Data, srcs []string, args []string) (string, error) {
+	return deployTable(d, srcs, args, storeNames, "local",
+		"| image | store | pull | run echo hello | pull + run | vs local | fetched |")
+}
+
+// deployTable is the table of medians of a results file in BenchmarkDeployStores's
+// format: one row per image and system of systems (in that order), pull, run,
+// pull + run, pull + run over ref's, and bytes fetched, under header.
+func deployTable(d *Data, srcs []string, args []string, systems []namedSystem, ref, header string) (string, error) {
 	if len(srcs) != 1 || len(args) != 0 {
 		return "", fmt.Errorf("table: one source, no arguments")
 	}
@@ -109,18 +120,18 @@ func storesTable(d *Data, srcs []string, args []string) (string, error) {
 		return "", err
 	}
 	var b strings.Builder
-	b.WriteString("| image | store | pull | run echo hello | pull + run | vs local | fetched |\n| --- | --- | --- | --- | --- | --- | --- |\n")
+	b.WriteString(header + "\n| --- | --- | --- | --- | --- | --- | --- |\n")
 	for _, img := range r.Images {
-		for i, s := range storeNames {
+		base, err := storesMedian(r, ref, img, e2ebench.StoresPullRun)
+		if err != nil {
+			return "", err
+		}
+		for i, s := range systems {
 			var v [4]float64
 			for j, m := range []string{e2ebench.StoresPull, e2ebench.StoresRun, e2ebench.StoresPullRun, e2ebench.StoresFetched} {
 				if v[j], err = storesMedian(r, s.system, img, m); err != nil {
 					return "", err
 				}
-			}
-			local, err := storesMedian(r, "local", img, e2ebench.StoresPullRun)
-			if err != nil {
-				return "", err
 			}
 			label := "| " + img + " |"
 			if i > 0 {
@@ -128,7 +139,7 @@ func storesTable(d *Data, srcs []string, args []string) (string, error) {
 			}
 			var e fv
 			fmt.Fprintf(&b, "%s %s | %s | %s | %s | %s | %s |\n", label, s.name, e.f("ms0", v[0]), e.f("ms0", v[1]), e.f("ms0", v[2]),
-				e.f("x2", v[2]/local), e.f("hbytes", v[3]))
+				e.f("x2", v[2]/base), e.f("hbytes", v[3]))
 			if e.err != nil {
 				return "", e.err
 			}
