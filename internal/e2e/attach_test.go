@@ -7,7 +7,6 @@ import (
 	"log"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -143,7 +142,6 @@ func TestAttached(t *testing.T) {
 
 func testAttached(t *testing.T, start func(t *testing.T, dir string) string, api bool) {
 	layoutDir := testenv.DebianOCI(t)
-	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
 	regAddr := start(t, filepath.Join(work, "registry"))
@@ -197,24 +195,11 @@ func testAttached(t *testing.T, start func(t *testing.T, dir string) string, api
 	// layers' labels), the layers are prepared from the attached descriptor:
 	// nothing downloaded or unpacked, and the pod's start is lazy.
 	pushPause(t, layoutDir, regAddr+"/oci/pause:test")
-	cdir, err := os.MkdirTemp("", "attach-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(cdir) })
-	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir,
-		ProxySnapshotters: map[string]string{"slacker": filepath.Join(b.Root, "snapshotter.sock")},
-		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: regAddr + "/oci/pause:test", PlainHTTP: []string{regAddr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() })
+	c, pods := startCRI(t, b, regAddr, regAddr+"/oci/pause:test", filepath.Join(work, "pods"))
 	ctr(t, c, "images", "pull", "--plain-http", ref)
 	if out := ctr(t, c, "run", "--rm", ref, "stock", "cat", "/etc/debian_version"); !strings.HasPrefix(out, "12.") {
 		t.Fatalf("stock containerd: %q", out)
 	}
-	rt, is := criClients(t, c.Socket)
-	pods := criPods{t: t, rt: rt, is: is, logs: filepath.Join(work, "pods"), containerdLog: filepath.Join(cdir, "containerd.log")}
 	fetchedBefore := fetchedBy(t, b)
 	id, log := pods.run("attached", ref, "cat", "/etc/debian_version")
 	if got := criLogLine(log); !strings.HasPrefix(got, "12.") {

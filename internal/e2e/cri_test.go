@@ -79,20 +79,8 @@ func TestCRI(t *testing.T) {
 	pushPause(t, layoutDir, pauseRef)
 
 	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store)
-	cdir, err := os.MkdirTemp("", "cri-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(cdir) })
-	c, err := services.StartContainerd(ctx, services.ContainerdOptions{Dir: cdir,
-		ProxySnapshotters: map[string]string{"slacker": filepath.Join(b.Root, "snapshotter.sock")},
-		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: pauseRef, PlainHTTP: []string{reg.Addr}}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Stop() })
-	rt, is := criClients(t, c.Socket)
-	if v, err := rt.Version(ctx, &cri.VersionRequest{}); err != nil {
+	_, pods := startCRI(t, b, reg.Addr, pauseRef, filepath.Join(work, "pods"))
+	if v, err := pods.rt.Version(ctx, &cri.VersionRequest{}); err != nil {
 		t.Fatalf("CRI version: %v", err)
 	} else {
 		t.Logf("CRI: %s %s, API %s", v.RuntimeName, v.RuntimeVersion, v.RuntimeApiVersion)
@@ -105,7 +93,6 @@ func TestCRI(t *testing.T) {
 		}
 		return st
 	}
-	pods := criPods{t: t, rt: rt, is: is, logs: filepath.Join(work, "pods"), containerdLog: filepath.Join(cdir, "containerd.log")}
 
 	// The sandbox first: its image is an ordinary one, unpacked into the node's
 	// store, and what that moves is not the Slacker image's lazy start, measured
@@ -154,7 +141,7 @@ func TestCRI(t *testing.T) {
 
 	// An image whose snapshot is not in this node's store: the pull fails with
 	// slacker pull's message.
-	_, err = is.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: elsewhereRef}})
+	_, err := pods.is.PullImage(ctx, &cri.PullImageRequest{Image: &cri.ImageSpec{Image: elsewhereRef}})
 	_, pullErr, code := b.CLI(t, "pull", elsewhereRef)
 	if err == nil || code == 0 {
 		t.Fatalf("pull of an image from another store: CRI %v, slacker pull exit %d", err, code)
@@ -176,6 +163,28 @@ func readFile(path string) string {
 		return err.Error()
 	}
 	return string(b)
+}
+
+// startCRI starts containerd with its CRI plugin on the Slacker snapshotter of
+// node, pods' sandboxes of sandboxImage pulled over plain HTTP from registry, and
+// returns it and a kubelet of sorts whose pods log under logs. Both are stopped at
+// the test's end.
+func startCRI(t *testing.T, node *testenv.Process, registry, sandboxImage, logs string) (*services.Containerd, criPods) {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cri-") // short: it holds sockets
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	c, err := services.StartContainerd(context.Background(), services.ContainerdOptions{Dir: dir,
+		ProxySnapshotters: map[string]string{"slacker": filepath.Join(node.Root, "snapshotter.sock")},
+		CRI:               &services.CRIOptions{Snapshotter: "slacker", SandboxImage: sandboxImage, PlainHTTP: []string{registry}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Stop() })
+	rt, is := criClients(t, c.Socket)
+	return c, criPods{t: t, rt: rt, is: is, logs: logs, containerdLog: filepath.Join(dir, "containerd.log")}
 }
 
 // criPods runs pods through CRI as the kubelet does, their logs under logs.
