@@ -1,33 +1,24 @@
 package fusefs
 
 import (
-	"context"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"io"
 	"log/slog"
 	"os"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
 
-	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 )
 
-// Volume is what the filesystem needs from a volume (*volume.Volume has it).
-type Volume interface {
-	ReadAt(ctx context.Context, p []byte, off int64) (int, error)
-	WriteAt(ctx context.Context, p []byte, off int64) (int, error)
-	Zero(ctx context.Context, off, n int64) error
-	Sync(ctx context.Context) error
-	Size() int64
-}
-
-// Options configure Mount.
+// Options configure Mount and Resume.
 type Options struct {
 	// MaxRequest is the largest read or write the kernel sends, in bytes (1 MiB).
 	MaxRequest int
@@ -42,63 +33,61 @@ type Options struct {
 	Observe func(op string, took time.Duration, err error)
 }
 
+// FileOptions configure Add.
+type FileOptions struct {
+	// Generation tells this file from an earlier one of the same name (its
+	// volume's creation time, say): the kernel drops what it cached of a file
+	// whose generation changed. It must be the same for the same file in every
+	// process that serves the connection.
+	Generation uint64
+	// Backing, if not nil, is a local file holding exactly the volume's bytes,
+	// which the kernel then reads itself (FUSE passthrough, Linux 6.9 or later, as
+	// root), without a round trip to this process or any check of the bytes. Only
+	// for a volume that is never written (an image root, mounted read-only). Where
+	// the kernel refuses passthrough, reads come to the volume. Add keeps no
+	// descriptor of it: the kernel keeps its own until Remove.
+	Backing *os.File
+}
+
 // FS is a mounted volume directory.
 type FS struct {
 	mountpoint string
 	server     *fuse.Server
-	root       *dirNode
+	devFD      int    // the connection's /dev/fuse descriptor (the server owns it)
+	init       []byte // the kernel's INIT request (Session)
+	resumed    bool
 	log        *slog.Logger
 	opts       Options
 
-	mu    sync.Mutex
-	files map[string]*fileNode
+	mu     sync.RWMutex
+	files  map[string]*file // by name
+	byNode map[uint64]*file // by node ID
 }
 
-// Mount mounts an empty volume directory at mountpoint (created if missing).
-func Mount(mountpoint string, opts Options) (*FS, error) {
-	if opts.MaxRequest <= 0 {
-		opts.MaxRequest = 1 << 20
+// file is one volume file. It has no state per open: a process that takes the
+// connection over knows a file by its node ID alone.
+type file struct {
+	fs         *FS
+	name       string
+	node       uint64
+	generation uint64
+	vol        Volume
+	backingID  int32 // registered passthrough backing file; 0: none
+}
+
+// rootNode is the directory's node ID (FUSE's).
+const rootNode = fuse.FUSE_ROOT_ID
+
+// nodeID is the node ID of the file named name: the same in every process, so
+// that one taking the connection over answers for the node IDs the kernel holds.
+func nodeID(name string) uint64 {
+	h := fnv.New64a()
+	h.Write([]byte(name))
+	id := h.Sum64() >> 1 // positive as an int64, as some tools print inode numbers
+	if id <= rootNode {
+		id += 2
 	}
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
-	}
-	if err := os.MkdirAll(mountpoint, 0o700); err != nil {
-		return nil, fmt.Errorf("mount volume directory: %w", err)
-	}
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		return nil, fmt.Errorf("mount volume directory: this kernel has no FUSE (/dev/fuse: %v); load the fuse module (modprobe fuse)", err)
-	}
-	f := &FS{mountpoint: mountpoint, log: opts.Logger, opts: opts, files: map[string]*fileNode{}}
-	f.root = &dirNode{}
-	timeout := time.Hour
-	server, err := fs.Mount(mountpoint, f.root, &fs.Options{
-		EntryTimeout: &timeout,
-		AttrTimeout:  &timeout,
-		MountOptions: fuse.MountOptions{
-			FsName:       "slacker",
-			Name:         "slacker",
-			DirectMount:  true,
-			MaxWrite:     opts.MaxRequest,
-			MaxReadAhead: opts.MaxRequest,
-			// Background requests the kernel keeps in flight to slackerd (async direct
-			// I/O from loop devices counts here). At 64, fio's 32 x QD32 random reads
-			// on an image root ran at 21-28k IOPS; at 256, 31-47k (docs/EVALUATION.md
-			// section 8, 2026-11-25).
-			MaxBackground: 256,
-			// Async direct I/O: a loop device's direct reads and writes return at once
-			// and complete when the answer comes. Without it each one blocks the loop
-			// device's worker until answered: queue depth 1 whatever the guest submits.
-			ExtraCapabilities: fuse.CAP_ASYNC_DIO,
-			DisableXAttrs:     true,
-			DisableSplice:     true, // reads answer from memory buffers; splice only helps fd-backed results
-			Debug:             opts.Debug,
-		},
-	})
-	if err != nil {
-		return nil, fmt.Errorf("mount volume directory at %s: %w", mountpoint, err)
-	}
-	f.server = server
-	return f, nil
+	return id
 }
 
 // Mountpoint returns the directory the volumes appear in.
@@ -107,170 +96,106 @@ func (f *FS) Mountpoint() string { return f.mountpoint }
 // Path returns the file of the volume named name.
 func (f *FS) Path(name string) string { return f.mountpoint + "/" + name }
 
-// Add exposes v as the file name.
-func (f *FS) Add(name string, v Volume) (string, error) { return f.AddBacked(name, v, nil) }
+// Resumed reports whether this FS took over a connection (Resume) rather than
+// mounting a new one.
+func (f *FS) Resumed() bool { return f.resumed }
 
-// AddBacked exposes v as the file name, read through backing when it is not nil:
-// a local file holding exactly v's bytes, which the kernel then reads itself (FUSE
-// passthrough, Linux 6.9 or later, as root), without a round trip to this process
-// or any check of the bytes. Only for a volume that is never written (an image
-// root, mounted read-only). Where the kernel refuses passthrough, reads come to v as
-// for Add. AddBacked keeps a descriptor of its own for backing until Remove: the
-// caller may close backing when AddBacked returns.
-func (f *FS) AddBacked(name string, v Volume, backing *os.File) (string, error) {
+// Add exposes v as the file name.
+func (f *FS) Add(name string, v Volume, opts FileOptions) (string, error) {
+	n := &file{fs: f, name: name, node: nodeID(name), generation: opts.Generation, vol: v}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if _, ok := f.files[name]; ok {
 		return "", fmt.Errorf("volume file %s: %w", name, os.ErrExist)
 	}
-	n := &fileNode{fs: f, name: name, vol: v, backingFd: -1}
-	if backing != nil {
-		fd, err := unix.FcntlInt(backing.Fd(), unix.F_DUPFD_CLOEXEC, 0)
-		if err != nil {
-			return "", fmt.Errorf("volume file %s: backing file %s: %w", name, backing.Name(), err)
-		}
-		n.backingFd = fd
+	if other, ok := f.byNode[n.node]; ok {
+		return "", fmt.Errorf("volume file %s: its node ID %d is that of %s; rename one: %w", name, n.node, other.name, os.ErrExist)
 	}
-	ch := f.root.NewPersistentInode(context.Background(), n, fs.StableAttr{Mode: syscall.S_IFREG})
-	if !f.root.AddChild(name, ch, false) {
-		n.closeBacking()
-		return "", fmt.Errorf("volume file %s: %w", name, os.ErrExist)
+	if opts.Backing != nil {
+		id, errno := f.server.RegisterBackingFd(&fuse.BackingMap{Fd: int32(opts.Backing.Fd())})
+		if errno == 0 && id > 0 {
+			n.backingID = id
+		} else {
+			f.log.Info("fuse-passthrough-refused", "volume", name, "err", errno,
+				"action", "its reads go through slackerd")
+		}
 	}
 	f.files[name] = n
+	f.byNode[n.node] = n
 	return f.Path(name), nil
 }
 
 // Remove hides the volume's file. Callers first detach whatever uses it.
 func (f *FS) Remove(name string) error {
 	f.mu.Lock()
-	defer f.mu.Unlock()
 	n, ok := f.files[name]
+	if ok {
+		delete(f.files, name)
+		delete(f.byNode, n.node)
+	}
+	f.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("volume file %s: %w", name, os.ErrNotExist)
 	}
-	delete(f.files, name)
-	n.closeBacking()
-	f.root.RmChild(name)
-	f.root.NotifyEntry(name)
+	if n.backingID > 0 {
+		f.server.UnregisterBackingFd(n.backingID) // open files keep their reference
+	}
+	f.server.EntryNotify(rootNode, name)
 	return nil
 }
 
 // Unmount unmounts the directory; it fails while a volume file is in use.
 func (f *FS) Unmount() error {
-	if err := f.server.Unmount(); err != nil {
+	if err := unix.Unmount(f.mountpoint, 0); err != nil {
 		return fmt.Errorf("unmount %s: %w", f.mountpoint, err)
 	}
+	f.server.Wait()
 	return nil
 }
 
-// Wait blocks until the filesystem is unmounted.
+// Wait blocks until the filesystem is unmounted (or its connection ended).
 func (f *FS) Wait() { f.server.Wait() }
 
-type dirNode struct{ fs.Inode }
-
-var _ fs.NodeGetattrer = (*dirNode)(nil)
-
-func (d *dirNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
-	out.Mode = 0o700 | syscall.S_IFDIR
-	return 0
+func (f *FS) lookup(node uint64) *file {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.byNode[node]
 }
 
-type fileNode struct {
-	fs.Inode
-	fs   *FS
-	name string
-	vol  Volume
-
-	mu        sync.Mutex
-	backingFd int // passthrough to it (AddBacked), closed by Remove; -1: reads and writes go to vol
-}
-
-// closeBacking closes the node's descriptor of its backing file: opens after it
-// read through the volume. The files already open keep their own.
-func (n *fileNode) closeBacking() {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.backingFd >= 0 {
-		unix.Close(n.backingFd)
-		n.backingFd = -1
+// names returns the volume files' names, sorted.
+func (f *FS) names() []*file {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	out := make([]*file, 0, len(f.files))
+	for _, n := range f.files {
+		out = append(out, n)
 	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
 }
 
-// openBacking returns a descriptor of the backing file for one open, or -1.
-func (n *fileNode) openBacking() int {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	if n.backingFd < 0 {
-		return -1
-	}
-	fd, err := unix.FcntlInt(uintptr(n.backingFd), unix.F_DUPFD_CLOEXEC, 0)
-	if err != nil {
-		return -1
-	}
-	return fd
-}
+// attrTimeout is how long the kernel trusts a file's attributes and the names it
+// looked up (a volume's size never changes).
+const attrTimeout = time.Hour
 
-// passthroughHandle is one open of a volume file with a backing file: go-fuse
-// registers fd with the kernel after Open (FilePassthroughFder), and the kernel
-// keeps its own reference to the file; fd is closed when the file is released.
-// Reads the kernel still sends (passthrough refused) reach the node's Read.
-type passthroughHandle struct{ fd int }
-
-func (h *passthroughHandle) PassthroughFd() (int, bool) { return h.fd, true }
-
-func (h *passthroughHandle) Release(ctx context.Context) syscall.Errno {
-	unix.Close(h.fd)
-	return 0
-}
-
-var (
-	_ fs.NodeGetattrer = (*fileNode)(nil)
-	_ fs.NodeSetattrer = (*fileNode)(nil)
-	_ fs.NodeOpener    = (*fileNode)(nil)
-	_ fs.NodeReader    = (*fileNode)(nil)
-	_ fs.NodeWriter    = (*fileNode)(nil)
-	_ fs.NodeFsyncer   = (*fileNode)(nil)
-	_ fs.NodeFlusher   = (*fileNode)(nil)
-	_ fs.NodeAllocater = (*fileNode)(nil)
-)
-
-func (n *fileNode) Getattr(ctx context.Context, fh fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+func (n *file) fillAttr(out *fuse.Attr) {
+	out.Ino = n.node
 	out.Mode = 0o600 | syscall.S_IFREG
+	out.Nlink = 1
 	out.Size = uint64(n.vol.Size())
 	out.Blocks = (out.Size + 511) / 512
 	out.Blksize = 4096
-	return 0
 }
 
-// Setattr accepts only a no-op truncate (losetup may ftruncate to the current size).
-func (n *fileNode) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
-	if sz, ok := in.GetSize(); ok && int64(sz) != n.vol.Size() {
-		return syscall.EPERM
-	}
-	return n.Getattr(ctx, fh, out)
-}
-
-func (n *fileNode) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
-	n.mu.Lock()
-	backed := n.backingFd >= 0
-	n.mu.Unlock()
-	if backed {
-		if flags&(syscall.O_WRONLY|syscall.O_RDWR) != 0 {
-			return nil, 0, syscall.EROFS // a backed volume is never written
-		}
-		if fd := n.openBacking(); fd >= 0 {
-			return &passthroughHandle{fd: fd}, 0, 0
-		}
-	}
-	if n.fs.opts.PageCache {
-		return nil, 0, 0
-	}
-	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+func fillRootAttr(out *fuse.Attr) {
+	out.Ino = rootNode
+	out.Mode = 0o700 | syscall.S_IFDIR
+	out.Nlink = 2
 }
 
 // begin is the time a request begins, for observe: none is taken without
 // Options.Observe, as reads are the hot path.
-func (n *fileNode) begin() time.Time {
+func (n *file) begin() time.Time {
 	if n.fs.opts.Observe == nil {
 		return time.Time{}
 	}
@@ -278,65 +203,9 @@ func (n *fileNode) begin() time.Time {
 }
 
 // observe tells Options.Observe of a request begun at start.
-func (n *fileNode) observe(op string, start time.Time, err error) {
+func (n *file) observe(op string, start time.Time, err error) {
 	if o := n.fs.opts.Observe; o != nil {
 		o(op, time.Since(start), err)
-	}
-}
-
-func (n *fileNode) Read(ctx context.Context, fh fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
-	start := n.begin()
-	k, err := n.vol.ReadAt(ctx, dest, off)
-	if isEOF(err) {
-		err = nil
-	}
-	n.observe("read", start, err)
-	if err != nil && k == 0 {
-		return nil, n.errno("read", off, len(dest), err)
-	}
-	return fuse.ReadResultData(dest[:k]), 0
-}
-
-func (n *fileNode) Write(ctx context.Context, fh fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
-	start := n.begin()
-	k, err := n.vol.WriteAt(ctx, data, off)
-	n.observe("write", start, err)
-	if err != nil {
-		return 0, n.errno("write", off, len(data), err)
-	}
-	return uint32(k), 0
-}
-
-func (n *fileNode) Fsync(ctx context.Context, fh fs.FileHandle, flags uint32) syscall.Errno {
-	start := n.begin()
-	err := n.vol.Sync(ctx)
-	n.observe("fsync", start, err)
-	if err != nil {
-		return n.errno("fsync", 0, 0, err)
-	}
-	return 0
-}
-
-func (n *fileNode) Flush(ctx context.Context, fh fs.FileHandle) syscall.Errno { return 0 }
-
-func (n *fileNode) Allocate(ctx context.Context, fh fs.FileHandle, off, size uint64, mode uint32) syscall.Errno {
-	switch {
-	case mode&unix.FALLOC_FL_PUNCH_HOLE != 0, mode&unix.FALLOC_FL_ZERO_RANGE != 0:
-		start := n.begin()
-		err := n.vol.Zero(ctx, int64(off), int64(size))
-		n.observe("zero", start, err)
-		if err != nil {
-			return n.errno("zero", int64(off), int(size), err)
-		}
-		return 0
-	case mode == 0 || mode == unix.FALLOC_FL_KEEP_SIZE:
-		// Space is always available in the sparse delta; nothing to reserve.
-		if int64(off+size) > n.vol.Size() && mode == 0 {
-			return syscall.EFBIG
-		}
-		return 0
-	default:
-		return syscall.EOPNOTSUPP
 	}
 }
 
@@ -357,10 +226,10 @@ func Errno(err error) syscall.Errno {
 }
 
 // errno is Errno, with one log line naming the volume and offset for an EIO.
-func (n *fileNode) errno(op string, off int64, length int, err error) syscall.Errno {
+func (n *file) errno(op string, off int64, length int, err error) fuse.Status {
 	e := Errno(err)
 	if e == syscall.EIO {
 		n.fs.log.Error("volume-io-error", "volume", n.name, "op", op, "offset", off, "length", length, "err", err)
 	}
-	return e
+	return fuse.Status(e)
 }

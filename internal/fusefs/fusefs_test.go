@@ -64,7 +64,7 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 	const size = 512 << 20
 
 	attachAndMount := func(t *testing.T, name string, v *volume.Volume) (string, func()) {
-		file, err := fsys.Add(name, v)
+		file, err := fsys.Add(name, v, fusefs.FileOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,7 +102,7 @@ func TestExt4OnLoopOnFUSE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, err := fsys.Add("blank", blank)
+	file, err := fsys.Add("blank", blank, fusefs.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -240,7 +240,7 @@ func TestConcurrentDirectIOThroughLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	file, err := fsys.Add("clone", v)
+	file, err := fsys.Add("clone", v, fusefs.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -344,7 +344,7 @@ func TestErrnoThroughFUSE(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, err := fsys.Add("v", v)
+	path, err := fsys.Add("v", v, fusefs.FileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -415,7 +415,7 @@ func TestPassthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	v := &fakeVolume{size: int64(len(want))}
-	path, err := fsys.AddBacked("img", v, backing)
+	path, err := fsys.Add("img", v, fusefs.FileOptions{Backing: backing})
 	if err != nil {
 		t.Fatal(err)
 	}
