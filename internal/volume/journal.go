@@ -17,7 +17,8 @@ import (
 //	uint64 start | uint64 end | uint32 crc32c(start|end) | uint32 journalMagic
 //
 // all little-endian. Replay stops at the first record that fails its check (a torn
-// tail after a crash) and truncates the file there.
+// tail after a crash) and truncates the file there. The unsynced file (unsynced.go)
+// holds records of the same encoding after its header.
 const (
 	journalRecord = 24
 	journalMagic  = 0x4c4b4a31 // "1JKL"
@@ -38,32 +39,49 @@ func replayJournal(f *os.File, set *runs.Set, maxBlock int64) (int, error) {
 	if _, err := f.Seek(0, io.SeekStart); err != nil {
 		return 0, err
 	}
+	good, n, err := scanRecords(f, maxBlock, func(r runs.Run) { set.Add(r.Start, r.End) })
+	if err != nil {
+		return n, fmt.Errorf("read journal: %w", err)
+	}
+	return n, truncateAt(f, good)
+}
+
+// scanRecords calls fn with the run of each record read from r, up to the end of r
+// or the first record that fails its check (a torn tail), and returns the length
+// and the number of the good records. err is a read error, never the end of r.
+func scanRecords(r io.Reader, maxBlock int64, fn func(runs.Run)) (good int64, n int, err error) {
 	buf := make([]byte, 64*journalRecord)
-	var good int64
-	n := 0
 	for {
-		k, err := io.ReadFull(f, buf)
-		whole := k / journalRecord
-		for i := 0; i < whole; i++ {
-			rec := buf[i*journalRecord : (i+1)*journalRecord]
-			start := int64(binary.LittleEndian.Uint64(rec[0:]))
-			end := int64(binary.LittleEndian.Uint64(rec[8:]))
-			if binary.LittleEndian.Uint32(rec[20:]) != journalMagic ||
-				binary.LittleEndian.Uint32(rec[16:]) != crc32.Checksum(rec[:16], castagnoli) ||
-				start < 0 || end <= start || end > maxBlock {
-				return n, truncateAt(f, good)
+		k, err := io.ReadFull(r, buf)
+		for i := range k / journalRecord {
+			run, ok := decodeRecord(buf[i*journalRecord:(i+1)*journalRecord], maxBlock)
+			if !ok {
+				return good, n, nil
 			}
-			set.Add(start, end)
+			fn(run)
 			good += journalRecord
 			n++
 		}
 		if err == io.EOF || err == io.ErrUnexpectedEOF {
-			return n, truncateAt(f, good)
+			return good, n, nil
 		}
 		if err != nil {
-			return n, fmt.Errorf("read journal: %w", err)
+			return good, n, err
 		}
 	}
+}
+
+// decodeRecord returns the run of record rec, or false if rec fails its check or
+// names blocks outside [0, maxBlock).
+func decodeRecord(rec []byte, maxBlock int64) (runs.Run, bool) {
+	start := int64(binary.LittleEndian.Uint64(rec[0:]))
+	end := int64(binary.LittleEndian.Uint64(rec[8:]))
+	if binary.LittleEndian.Uint32(rec[20:]) != journalMagic ||
+		binary.LittleEndian.Uint32(rec[16:]) != crc32.Checksum(rec[:16], castagnoli) ||
+		start < 0 || end <= start || end > maxBlock {
+		return runs.Run{}, false
+	}
+	return runs.Run{Start: start, End: end}, true
 }
 
 func truncateAt(f *os.File, size int64) error {

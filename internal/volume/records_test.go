@@ -109,8 +109,7 @@ func TestFailedCompactionKeepsJournal(t *testing.T) {
 			}
 			checkRead(t, nv, model, 0, size)
 			nv.Close()
-			v.data.Close()
-			v.journal.Close()
+			v.abandon()
 		})
 	}
 }

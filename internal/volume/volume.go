@@ -65,9 +65,17 @@ type Volume struct {
 	reader BaseReader
 	data   *os.File
 
-	mu      sync.Mutex // guards present, pending
+	mu      sync.Mutex // guards present, pending, unsynced, uend, ubuf
 	present *runs.Set  // blocks whose current content is in the data file
 	pending []runs.Run // runs written since the last Sync
+
+	// The unsynced file lists every run of pending (and of a Sync under way)
+	// before the write that added it returns: see unsynced.go. It is replaced
+	// (by Sync and Open) holding syncMu too.
+	unsynced *os.File
+	uend     int64  // its length: where the next record goes
+	ubuf     []byte // records being appended
+	uhdr     []byte // its header, naming this boot
 
 	syncMu  sync.Mutex // serializes Sync; guards journal, synced, records
 	journal *os.File
@@ -110,6 +118,17 @@ func Create(dir string, baseID digest.Digest, base *blockmap.Map, size int64, r 
 			return err
 		}
 		j.Close()
+		u, err := os.OpenFile(filepath.Join(dir, unsyncedName), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = u.Write(unsyncedHeader(bootID()))
+		if cerr := u.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
 		return writeMeta(dir, meta)
 	}()
 	if err != nil {
@@ -180,7 +199,7 @@ func Open(dir string, base *blockmap.Map, r BaseReader) (*Volume, error) {
 		return nil, fmt.Errorf("open volume %s: %w", dir, err)
 	}
 	v := &Volume{dir: dir, meta: meta, base: base, reader: r, data: data, journal: journal,
-		present: runs.New(), synced: runs.New()}
+		present: runs.New(), synced: runs.New(), uhdr: unsyncedHeader(bootID())}
 	n, err := replayJournal(journal, v.synced, meta.Size/BlockSize)
 	if err != nil {
 		data.Close()
@@ -190,6 +209,13 @@ func Open(dir string, base *blockmap.Map, r BaseReader) (*Volume, error) {
 	v.records = n
 	for _, r := range v.synced.Runs() {
 		v.present.Add(r.Start, r.End)
+	}
+	// Writes acknowledged by a process of this boot that was killed before it
+	// synced them: present, and pending so the next Sync journals them.
+	if err := v.recoverUnsynced(); err != nil {
+		data.Close()
+		journal.Close()
+		return nil, fmt.Errorf("open volume %s: %w", dir, err)
 	}
 	if err := v.maybeCompact(); err != nil {
 		v.Close()
@@ -337,14 +363,27 @@ func (v *Volume) WriteAt(ctx context.Context, p []byte, off int64) (int, error) 
 		}
 		pos = fullEnd
 	}
+	// The run is listed in the unsynced file before it is pending and before the
+	// write returns: a kill of the daemon from here on loses none of it.
+	w := runs.Run{Start: first, End: last + 1}
 	v.mu.Lock()
-	v.present.Add(first, last+1)
-	if k := len(v.pending); k > 0 && v.pending[k-1].End >= first && v.pending[k-1].Start <= last+1 {
-		v.pending[k-1].Start = min(v.pending[k-1].Start, first)
-		v.pending[k-1].End = max(v.pending[k-1].End, last+1)
+	if k := len(v.pending); k > 0 && v.pending[k-1].End >= w.Start && v.pending[k-1].Start <= w.End {
+		p := &v.pending[k-1]
+		if w.Start < p.Start || w.End > p.End { // blocks not listed yet
+			if err := v.logRuns(w); err != nil {
+				v.mu.Unlock()
+				return 0, fmt.Errorf("write [%d, %d): %w", off, end, err)
+			}
+			p.Start, p.End = min(p.Start, w.Start), max(p.End, w.End)
+		}
 	} else {
-		v.pending = append(v.pending, runs.Run{Start: first, End: last + 1})
+		if err := v.logRuns(w); err != nil {
+			v.mu.Unlock()
+			return 0, fmt.Errorf("write [%d, %d): %w", off, end, err)
+		}
+		v.pending = append(v.pending, w)
 	}
+	v.present.Add(w.Start, w.End)
 	v.mu.Unlock()
 	v.writtenBytes.Add(int64(len(p)))
 	return len(p), nil
@@ -453,15 +492,24 @@ func (v *Volume) Zero(ctx context.Context, off, n int64) error {
 	// next snapshot). A discard of free space the image never used (a trim) so
 	// adds nothing.
 	v.mu.Lock()
+	defer v.mu.Unlock()
+	var added []runs.Run
 	for _, pc := range v.base.Lookup(first, last-first) {
 		if pc.Hole {
 			continue
 		}
-		r := runs.Run{Start: pc.Offset / BlockSize, End: (pc.Offset + pc.Length + BlockSize - 1) / BlockSize}
-		v.present.Add(r.Start, r.End)
-		v.pending = append(v.pending, r)
+		added = append(added, runs.Run{Start: pc.Offset / BlockSize, End: (pc.Offset + pc.Length + BlockSize - 1) / BlockSize})
 	}
-	v.mu.Unlock()
+	if len(added) == 0 {
+		return nil
+	}
+	if err := v.logRuns(added...); err != nil {
+		return fmt.Errorf("zero [%d, %d): %w", off, end, err)
+	}
+	for _, r := range added {
+		v.present.Add(r.Start, r.End)
+	}
+	v.pending = append(v.pending, added...)
 	return nil
 }
 
@@ -475,20 +523,29 @@ func (v *Volume) Sync(ctx context.Context) error {
 	v.mu.Lock()
 	pend := v.pending
 	v.pending = nil
+	mark := v.uend // the unsynced file lists pend before mark, later writes after
 	v.mu.Unlock()
+	crash("sync-taken")
+	// On a failure the runs are pending again, and still in the unsynced file.
 	if err := v.data.Sync(); err != nil {
 		v.requeue(pend)
 		return fmt.Errorf("sync delta data: %w", err)
 	}
+	crash("sync-data")
 	if err := appendRecords(v.journal, pend); err != nil {
 		v.requeue(pend)
 		return err
 	}
+	crash("sync-journaled")
 	v.records += len(pend)
 	for _, r := range pend {
 		v.synced.Add(r.Start, r.End)
 	}
-	return v.maybeCompact()
+	// pend is in the journal: the unsynced file need only list what came since.
+	v.mu.Lock()
+	err := v.trimUnsynced(mark)
+	v.mu.Unlock()
+	return errors.Join(err, v.maybeCompact())
 }
 
 func (v *Volume) requeue(pend []runs.Run) {
@@ -527,17 +584,24 @@ func (v *Volume) Close() error {
 	if v.closed.Swap(true) {
 		return nil
 	}
+	v.closeFiles()
+	return err
+}
+
+// closeFiles closes the volume's files. Callers hold syncMu.
+func (v *Volume) closeFiles() {
 	v.data.Close()
 	v.journal.Close()
-	return err
+	v.mu.Lock()
+	v.unsynced.Close()
+	v.mu.Unlock()
 }
 
 // Delete closes the volume and removes its directory.
 func (v *Volume) Delete() error {
 	v.closed.Store(true)
 	v.syncMu.Lock()
-	v.data.Close()
-	v.journal.Close()
+	v.closeFiles()
 	v.syncMu.Unlock()
 	if err := os.RemoveAll(v.dir); err != nil {
 		return fmt.Errorf("delete volume %s: %w", v.dir, err)
