@@ -18,6 +18,10 @@ const DefaultRoot = "/var/lib/slacker"
 // image_root_linger says.
 const DefaultImageRootLinger = 5 * time.Minute
 
+// DefaultFUSEHold is how long the node's FUSE connection waits for a new
+// slackerd after the last one died or handed over, unless fuse_hold says.
+const DefaultFUSEHold = time.Minute
+
 // DefaultLocalImageBytes bounds the node's local images unless local_images says.
 const DefaultLocalImageBytes = 16 << 30
 
@@ -77,6 +81,12 @@ type Daemon struct {
 	// its last container goes, its page cache kept for the next one (default 5m;
 	// "off": it goes with its last container). docs/design.md, "Idle image roots".
 	ImageRootLinger string `toml:"image_root_linger"`
+	// FUSEHold is how long the node's FUSE connection, kept by a holder process,
+	// waits for a new slackerd after this one dies or hands over (default 1m);
+	// the containers' reads and writes wait meanwhile, and fail after it. "off": no
+	// holder, a slackerd that dies ends its containers' I/O at once.
+	// docs/operating.md, "Restarting and upgrading slackerd".
+	FUSEHold string `toml:"fuse_hold"`
 	// MetricsAddress is where slackerd serves Prometheus metrics (GET /metrics),
 	// host:port such as "127.0.0.1:9464"; empty (the default): no metrics.
 	MetricsAddress string `toml:"metrics_address"`
@@ -143,6 +153,7 @@ type Resolved struct {
 	LocalImageFormat                string        // "", "tree" or "ext4"
 	MetricsAddress                  string        // "": no metrics
 	ImageRootLinger                 time.Duration // 0: off
+	FUSEHold                        time.Duration // 0: off (no holder)
 }
 
 // Resolve checks d and parses its values.
@@ -265,6 +276,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 	default:
 		if r.ImageRootLinger, err = time.ParseDuration(d.ImageRootLinger); err != nil || r.ImageRootLinger <= 0 {
 			return r, fmt.Errorf("image_root_linger %q: want a positive duration such as 5m, or off", d.ImageRootLinger)
+		}
+	}
+	switch d.FUSEHold {
+	case "":
+		r.FUSEHold = DefaultFUSEHold
+	case "off":
+	default:
+		if r.FUSEHold, err = time.ParseDuration(d.FUSEHold); err != nil || r.FUSEHold <= 0 {
+			return r, fmt.Errorf("fuse_hold %q: want a positive duration such as 1m, or off", d.FUSEHold)
 		}
 	}
 	switch d.ContainerRoot {

@@ -163,3 +163,20 @@ func TestShippedConfig(t *testing.T) {
 		t.Fatalf("%+v %v", r, err)
 	}
 }
+
+func TestFUSEHold(t *testing.T) {
+	for value, want := range map[string]time.Duration{"": DefaultFUSEHold, "off": 0, "30s": 30 * time.Second, "0s": -1, "-1m": -1, "soon": -1} {
+		d := Defaults()
+		d.Root, d.FUSEHold = t.TempDir(), value
+		r, err := d.Resolve()
+		if want < 0 {
+			if err == nil || !strings.Contains(err.Error(), "fuse_hold") {
+				t.Errorf("%q: err %v, want one naming fuse_hold", value, err)
+			}
+			continue
+		}
+		if err != nil || r.FUSEHold != want {
+			t.Errorf("%q: %v, err %v; want %v", value, r.FUSEHold, err, want)
+		}
+	}
+}

@@ -21,7 +21,10 @@
 // descriptor, which, being the last, ends the connection anyway: requests
 // waiting on it fail instead of blocking forever. It logs fuse-connection-ended
 // and Serve returns. Release is the owner's normal stop: the holder closes its
-// descriptor and Serve returns.
+// descriptor and Serve returns. A Take while another client owns the session is
+// refused: two servers of one connection would split its requests between two
+// processes that each believe they alone write the volumes (a planned hand-over
+// is the old slackerd exiting, then the new one taking).
 //
 // The holder never opens or stats anything on the FUSE mount (a stat there would
 // block once nobody serves it): it finds the connection's number in

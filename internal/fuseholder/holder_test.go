@@ -42,7 +42,13 @@ func TestHoldTake(t *testing.T) {
 	// Hold left the caller's descriptor open and working.
 	writeThrough(t, w, r, "still mine")
 
+	// One server at a time: no Take while the owner is connected.
 	b := dial(t, h.path)
+	if _, err := b.Take(ctx); err == nil || !strings.Contains(err.Error(), "still serves") {
+		t.Fatalf("take while the owner is connected: %v", err)
+	}
+	a.Close()
+	h.log.wait(t, "fuse-owner-gone", 1)
 	s, err := b.Take(ctx)
 	if err != nil || s == nil {
 		t.Fatalf("take: %v, %v", s, err)
@@ -58,7 +64,7 @@ func TestHoldTake(t *testing.T) {
 		t.Error("taken descriptor is not close-on-exec")
 	}
 	writeThrough(t, s.FD, r, "through the taken descriptor")
-	if l := h.log.wait(t, "fuse-session-taken", 1); l.attrs["previous_owner"] != "connected" {
+	if l := h.log.wait(t, "fuse-session-taken", 1); l.attrs["previous_owner"] != "gone" {
 		t.Errorf("taken log: %v", l.attrs)
 	}
 
@@ -66,14 +72,14 @@ func TestHoldTake(t *testing.T) {
 	s.FD.Close()
 	w.Close()
 	noEOF(t, r)
-	// And it hands out as many as asked.
-	s2, err := a.Take(ctx)
+	// And it hands out as many as its owner asks.
+	s2, err := b.Take(ctx)
 	if err != nil || s2 == nil {
 		t.Fatalf("second take: %v, %v", s2, err)
 	}
 	writeThrough(t, s2.FD, r, "again")
 	s2.FD.Close()
-	if l := h.log.wait(t, "fuse-session-taken", 2); l.attrs["previous_owner"] != "connected" {
+	if l := h.log.wait(t, "fuse-session-taken", 2); l.attrs["previous_owner"] != "self" {
 		t.Errorf("second taken log: %v", l.attrs)
 	}
 }
@@ -241,13 +247,18 @@ func TestReleaseOnlyByOwner(t *testing.T) {
 	if err := b.Release(ctx); err == nil || !strings.Contains(err.Error(), "not the owner") {
 		t.Fatalf("release by a non-owner: %v", err)
 	}
+	if _, err := b.Take(ctx); err == nil || !strings.Contains(err.Error(), "still serves") {
+		t.Fatalf("take while the owner is connected: %v", err)
+	}
+	a.Close()
+	h.log.wait(t, "fuse-owner-gone", 1)
 	s, err := b.Take(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.FD.Close()
-	if err := a.Release(ctx); err == nil || !strings.Contains(err.Error(), "not the owner") {
-		t.Fatalf("release by the previous owner: %v", err)
+	if err := dial(t, h.path).Release(ctx); err == nil || !strings.Contains(err.Error(), "not the owner") {
+		t.Fatalf("release by another client: %v", err)
 	}
 	// The refusals left both connections usable.
 	if err := b.Release(ctx); err != nil {
@@ -278,6 +289,8 @@ func TestHoldReplaces(t *testing.T) {
 	if l := h.log.wait(t, "fuse-session-held", 2); l.attrs["replaced"] != "true" {
 		t.Errorf("held log: %v", l.attrs)
 	}
+	a.Close()
+	h.log.wait(t, "fuse-owner-gone", 1)
 	s, err := dial(t, h.path).Take(ctx)
 	if err != nil {
 		t.Fatal(err)

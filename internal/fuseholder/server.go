@@ -333,6 +333,13 @@ func (h *holder) take(p *peer) (reply, *os.File, func()) {
 		h.log.Info("fuse-session-take-empty", "client", p.id, "client_pid", p.pid)
 		return reply{Version: ProtocolVersion}, nil, nil
 	}
+	if h.owner != nil && h.owner != p {
+		// Two servers of one connection would split its requests between two
+		// processes that each believe they alone write the volumes.
+		err := fmt.Errorf("process %d still serves the FUSE connection of %s: stop it first", h.owner.pid, h.sess.mountpoint)
+		h.log.Warn("fuse-session-take-refused", "client", p.id, "client_pid", p.pid, "owner_pid", h.owner.pid)
+		return reply{Version: ProtocolVersion, Error: err.Error()}, nil, nil
+	}
 	dup, err := dupFile(h.sess.fd)
 	if err != nil {
 		err = fmt.Errorf("duplicate the held descriptor: %w", err)
@@ -343,10 +350,8 @@ func (h *holder) take(p *peer) (reply, *os.File, func()) {
 	switch {
 	case h.owner == nil:
 		attrs = append(attrs, "previous_owner", "gone", "waited", time.Since(h.ownerGoneAt).Round(time.Millisecond))
-	case h.owner == p:
-		attrs = append(attrs, "previous_owner", "self")
 	default:
-		attrs = append(attrs, "previous_owner", "connected", "previous_owner_pid", h.owner.pid)
+		attrs = append(attrs, "previous_owner", "self")
 	}
 	h.owner = p
 	h.stopTimerLocked()
