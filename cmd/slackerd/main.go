@@ -5,6 +5,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -12,6 +13,7 @@ import (
 	"net/http"
 	"net/http/pprof"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
@@ -24,6 +26,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/config"
 	"github.com/slacker-dev/slacker/internal/daemon"
 	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/fuseholder"
 	"github.com/slacker-dev/slacker/internal/graphdriver"
 	"github.com/slacker-dev/slacker/internal/metrics"
 	"github.com/slacker-dev/slacker/internal/node"
@@ -87,6 +90,7 @@ func command() *cobra.Command {
 			set("local-image-format", &cfg.LocalImageFormat, flags.LocalImageFormat)
 			set("metrics-address", &cfg.MetricsAddress, flags.MetricsAddress)
 			set("image-root-linger", &cfg.ImageRootLinger, flags.ImageRootLinger)
+			set("fuse-hold", &cfg.FUSEHold, flags.FUSEHold)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
 			if f.Changed("graphdriver-shared-store") {
 				cfg.GraphDriver.SharedStore = sharedStore
@@ -97,6 +101,7 @@ func command() *cobra.Command {
 			return run(cfg)
 		},
 	}
+	cmd.AddCommand(holderCommand())
 	f := cmd.Flags()
 	f.StringVar(&cfgPath, "config", "", "TOML configuration file (flags override it)")
 	f.StringVar(&flags.Root, "root", flags.Root, "state directory")
@@ -115,6 +120,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.LocalImages, "local-images", "", "disk for local images, whole copies of images whose chunks are all on the node that the kernel reads without slackerd (default 16GiB; \"off\")")
 	f.StringVar(&flags.LocalImageFormat, "local-image-format", "", "how local images are kept: tree (the image's files in a directory of the node's filesystem: the image root itself; default) or ext4 (one file, read through FUSE passthrough)")
 	f.StringVar(&flags.ImageRootLinger, "image-root-linger", "", "keep an image's read-only root mounted this long after its last container, its page cache kept for the next (default 5m; \"off\")")
+	f.StringVar(&flags.FUSEHold, "fuse-hold", "", "how long the node's FUSE connection waits for a new slackerd after this one dies or hands over (SIGUSR2), its containers' I/O waiting meanwhile (default 1m; \"off\": no holder, containers' I/O fails when slackerd dies)")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
@@ -170,6 +176,12 @@ func run(cfg config.Daemon) error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
+	handover := make(chan os.Signal, 1)
+	signal.Notify(handover, syscall.SIGUSR2)
+	var holder func(context.Context) (*fuseholder.Client, error)
+	if r.FUSEHold > 0 {
+		holder = func(ctx context.Context) (*fuseholder.Client, error) { return startHolder(ctx, r.Root, r.FUSEHold) }
+	}
 	start := time.Now()
 	n, err := node.Open(ctx, node.Config{
 		Root: r.NodeRoot, Store: st, CacheBytes: r.CacheBytes, CacheMemBytes: r.MemBytes, CacheNoDisk: noDisk,
@@ -177,7 +189,7 @@ func run(cfg config.Daemon) error {
 		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
 		LocalImageFormat: node.LocalImageFormat(r.LocalImageFormat),
 		ImageRootLinger:  r.ImageRootLinger,
-		Fetch:            fetchOpts, ObserveFUSE: observeFUSE,
+		Fetch:            fetchOpts, ObserveFUSE: observeFUSE, Holder: holder,
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
 				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},
@@ -186,7 +198,8 @@ func run(cfg config.Daemon) error {
 		return err
 	}
 	daemon.ReconcileContainers(ctx, n, r.Root, log)
-	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start))
+	log.Info("node-ready", "root", r.Root, "store", storeDesc, "took", time.Since(start), "taken_over", n.Resumed(),
+		"version", version())
 	if met != nil {
 		met.SetSource(n)
 		metSrv := met.Serve(metL, log)
@@ -223,9 +236,13 @@ func run(cfg config.Daemon) error {
 	srv := daemon.New(n, daemon.Options{StateRoot: r.Root, Store: storeDesc, ChunkSize: r.ChunkSize, Logger: log,
 		OnError: onError(metrics.WhereAPI)})
 	go func() { errc <- srv.Serve(r.Socket) }()
+	handingOver := false
 	select {
 	case <-ctx.Done():
 		log.Info("shutting-down", "reason", "signal")
+	case <-handover:
+		log.Info("handing-over", "reason", "SIGUSR2", "to", "the next slackerd started on this root")
+		handingOver = true
 	case err = <-errc:
 		log.Error("api-stopped", "err", err)
 	}
@@ -238,7 +255,14 @@ func run(cfg config.Daemon) error {
 		gdSrv.Stop(sctx)
 	}
 	srv.Shutdown(sctx)
-	if cerr := n.Close(sctx); cerr != nil {
+	if handingOver {
+		// The containers keep their mounts; the next slackerd takes the FUSE
+		// connection over from the holder.
+		if herr := n.Handover(sctx); herr != nil {
+			log.Error("handover-failed", "err", herr)
+			err = herr
+		}
+	} else if cerr := n.Close(sctx); cerr != nil {
 		log.Error("close-failed", "err", cerr)
 		if err == nil {
 			err = cerr
@@ -254,6 +278,81 @@ func run(cfg config.Daemon) error {
 	os.Remove(r.Socket)
 	log.Info("stopped")
 	return err
+}
+
+// startHolder returns a client of the node's FUSE holder, starting it (this
+// binary's fuse-holder command, in a session of its own, so that it outlives this
+// process) if none answers on its socket.
+func startHolder(ctx context.Context, root string, timeout time.Duration) (*fuseholder.Client, error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("FUSE holder: %w", err)
+	}
+	sock := filepath.Join(root, "fuse-holder.sock")
+	cmd := exec.Command(exe, "fuse-holder", "--socket", sock, "--timeout", timeout.String())
+	c, err := fuseholder.Start(ctx, sock, cmd, filepath.Join(root, "fuse-holder.log"))
+	if err != nil {
+		return nil, err
+	}
+	if cmd.Process != nil {
+		go cmd.Wait() // it exits when released, or when its wait for a new slackerd ends
+	}
+	return c, nil
+}
+
+// holderCommand is `slackerd fuse-holder`: the process that keeps the node's FUSE
+// connection between two slackerd processes (package fuseholder). slackerd starts
+// it; it is not meant to be run by hand.
+func holderCommand() *cobra.Command {
+	var socket string
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:    "fuse-holder",
+		Short:  "keep the node's FUSE connection for the next slackerd (started by slackerd)",
+		Hidden: true,
+		Args:   cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+			ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+			defer stop()
+			err := fuseholder.Serve(ctx, socket, fuseholder.Options{Timeout: timeout, Logger: log})
+			if errors.Is(err, fuseholder.ErrAlreadyRunning) {
+				log.Info("fuse-holder-not-started", "reason", err.Error())
+				return nil
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&socket, "socket", "", "unix socket to serve")
+	cmd.Flags().DurationVar(&timeout, "timeout", time.Minute, "end the connection if no slackerd takes it this long after the last one went")
+	cmd.MarkFlagRequired("socket")
+	return cmd
+}
+
+// buildTag, set at link time (-ldflags "-X main.buildTag=..."), tells one build
+// from another in the logs (the tests hand a node over to a second build).
+var buildTag string
+
+// version is the build's module version and VCS revision (and tag), for the logs.
+func version() string {
+	if buildTag != "" {
+		return buildInfo() + " " + buildTag
+	}
+	return buildInfo()
+}
+
+func buildInfo() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "unknown"
+	}
+	v := bi.Main.Version
+	for _, s := range bi.Settings {
+		if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+			v += " " + s.Value[:12]
+		}
+	}
+	return v
 }
 
 // serveDebug serves net/http/pprof for profiling a running daemon.

@@ -10,10 +10,12 @@ import (
 	"github.com/slacker-dev/slacker/internal/runc"
 )
 
-// ReconcileContainers stops the containers a previous slackerd left running. Their
-// root filesystems were served through the FUSE connection that died with that
-// daemon (or were unmounted when it stopped), so every read or write they make
-// fails: a container cannot survive its daemon. Each volume labelled as a
+// ReconcileContainers stops the containers a previous slackerd left running,
+// unless this one took the node over from it (node.Resumed: the previous one died
+// or handed over, and its FUSE connection was kept by the holder): then each
+// running container is kept, with a log line. Otherwise their root filesystems
+// were served through the FUSE connection that died with that daemon (or were
+// unmounted when it stopped), so every read or write they make fails. Each volume labelled as a
 // container's (the container's ID is the volume's) whose runc container is still
 // alive is killed and its runc state removed, with a log line; the container's
 // record then reads as exited, and its volume, remounted by the node with every
@@ -32,6 +34,10 @@ func ReconcileContainers(ctx context.Context, n *node.Node, stateRoot string, lo
 		case "running", "paused", "created":
 		default:
 			continue // exited, or unknown to runc: nothing holds the old mount
+		}
+		if n.Resumed() {
+			log.Info("container-kept", "container", v.Labels[labels.Container], "id", v.ID, "pid", pid, "status", status)
+			continue
 		}
 		if err := rt.Delete(ctx, v.ID, true); err != nil {
 			log.Error("reconcile-container-failed", "container", v.Labels[labels.Container], "id", v.ID, "err", err)

@@ -111,15 +111,15 @@ func Mount(mountpoint string, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("mount volume directory at %s: %w", mountpoint, err)
 	}
 	f.server, f.devFD, f.init = server, fd, encodeInit(server.KernelSettings())
-	go server.Serve()
+	f.Serve()
 	return f, nil
 }
 
-// Resume serves the connection of s, mounted at mountpoint by an earlier process
-// (Mount, then Session): the requests that process had read and not answered are
-// sent again. The volume directory is empty until Add; requests for files not
-// added yet fail (ENOENT), so the caller adds every file the kernel may know
-// before it lets requests wait much. Resume takes s.Dev over.
+// Resume prepares to serve the connection of s, mounted at mountpoint by an
+// earlier process (Mount, then Session); it serves once the caller has added
+// every file the kernel may name (Add) and calls Serve: then the requests the
+// earlier process had read and not answered are sent again. Until Serve,
+// requests wait. Resume takes s.Dev over.
 func Resume(mountpoint string, s Session, opts Options) (*FS, error) {
 	opts.defaults()
 	if len(s.Init) != initBodySize {
@@ -154,19 +154,28 @@ func Resume(mountpoint string, s Session, opts Options) (*FS, error) {
 		return nil, fmt.Errorf("resume FUSE connection: %w", err)
 	}
 	s.Dev.Close()
-	// FUSE_NOTIFY_RESEND: a notification (unique 0) of code 7, no payload.
-	resend := make([]byte, 16)
-	binary.LittleEndian.PutUint32(resend[0:], 16)
-	binary.LittleEndian.PutUint32(resend[4:], notifyResend)
 	f.server, f.devFD, f.init, f.resumed = server, serverEnd, append([]byte(nil), s.Init...), true
-	if _, err := unix.Write(serverEnd, resend); err != nil {
-		// A kernel before 6.9: requests in flight at the old server's death stay
-		// unanswered (their callers wait until the connection ends).
-		opts.Logger.Warn("fuse-resend-refused", "err", err,
-			"effect", "requests the previous slackerd had read are not answered (Linux 6.9 or later resends them)")
-	}
-	go server.Serve()
 	return f, nil
+}
+
+// Serve starts answering requests (Mount does it itself). A resumed FS is first
+// given every file the kernel may name (Add), then asks the kernel to send again
+// what the previous process had read and not answered.
+func (f *FS) Serve() {
+	f.serveOnce.Do(func() {
+		if f.resumed {
+			resend := make([]byte, 16) // a notification (unique 0) with no payload
+			binary.LittleEndian.PutUint32(resend[0:], 16)
+			binary.LittleEndian.PutUint32(resend[4:], notifyResend)
+			if _, err := unix.Write(f.devFD, resend); err != nil {
+				// A kernel before 6.9: requests in flight at the old server's death
+				// stay unanswered (their callers wait until the connection ends).
+				f.log.Warn("fuse-resend-refused", "err", err,
+					"effect", "requests the previous process had read are not answered (Linux 6.9 or later resends them)")
+			}
+		}
+		go f.server.Serve()
+	})
 }
 
 // encodeInit is the body of the kernel's INIT request as go-fuse read it.

@@ -56,6 +56,7 @@ type FS struct {
 	devFD      int    // the connection's /dev/fuse descriptor (the server owns it)
 	init       []byte // the kernel's INIT request (Session)
 	resumed    bool
+	serveOnce  sync.Once
 	log        *slog.Logger
 	opts       Options
 

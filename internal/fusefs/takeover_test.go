@@ -108,6 +108,7 @@ func serveHelper(mode string) error {
 	if _, err := fsys.Add("v", vol, fusefs.FileOptions{Generation: 7}); err != nil {
 		return err
 	}
+	fsys.Serve()
 	fmt.Println("ready")
 	return nil
 }

@@ -87,11 +87,14 @@ type localImage struct {
 }
 
 // newLocalImages empties dir and keeps local images there, made in format
-// (LocalTree if empty).
-func newLocalImages(dir string, limit int64, format LocalImageFormat) (*localImages, error) {
-	// Left by a previous slackerd: it verified them, this one has not.
-	if err := os.RemoveAll(dir); err != nil {
-		return nil, fmt.Errorf("local images: %w", err)
+// (LocalTree if empty). keep (a node taken over from a slackerd whose containers
+// still run on them) keeps the images the previous process wrote instead.
+func newLocalImages(dir string, limit int64, format LocalImageFormat, keep bool) (*localImages, error) {
+	if !keep {
+		// Left by a previous slackerd: it verified them, this one has not.
+		if err := os.RemoveAll(dir); err != nil {
+			return nil, fmt.Errorf("local images: %w", err)
+		}
 	}
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("local images: %w", err)
@@ -100,8 +103,51 @@ func newLocalImages(dir string, limit int64, format LocalImageFormat) (*localIma
 		format = LocalTree
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &localImages{dir: dir, limit: limit, format: format, images: map[digest.Digest]*localImage{},
-		making: map[digest.Digest]bool{}, ctx: ctx, cancel: cancel}, nil
+	li := &localImages{dir: dir, limit: limit, format: format, images: map[digest.Digest]*localImage{},
+		making: map[digest.Digest]bool{}, ctx: ctx, cancel: cancel}
+	if keep {
+		if err := li.adopt(); err != nil {
+			return nil, err
+		}
+	}
+	return li, nil
+}
+
+// adopt keeps the local images in li.dir that the previous process of this node
+// wrote (renamed into place whole: a partial one is a .tmp- entry, removed).
+func (li *localImages) adopt() error {
+	ents, err := os.ReadDir(li.dir)
+	if err != nil {
+		return fmt.Errorf("local images: %w", err)
+	}
+	for _, e := range ents {
+		path := filepath.Join(li.dir, e.Name())
+		s := digest.NewDigestFromEncoded(digest.SHA256, e.Name())
+		if s.Validate() != nil {
+			os.RemoveAll(path)
+			continue
+		}
+		format := LocalExt4
+		if e.IsDir() {
+			format = LocalTree
+		}
+		size, err := diskBytes(path)
+		if err != nil {
+			return fmt.Errorf("local images: %w", err)
+		}
+		li.images[s] = &localImage{format: format, bytes: size, used: time.Now()}
+	}
+	return nil
+}
+
+// stop ends the writes of local images under way, leaving the images for the
+// next slackerd (a hand-over).
+func (li *localImages) stop() {
+	if li == nil {
+		return
+	}
+	li.cancel()
+	li.wg.Wait()
 }
 
 func (li *localImages) path(s digest.Digest) string { return filepath.Join(li.dir, s.Encoded()) }

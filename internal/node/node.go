@@ -26,6 +26,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/cache"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/fetch"
+	"github.com/slacker-dev/slacker/internal/fuseholder"
 	"github.com/slacker-dev/slacker/internal/fusefs"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/mount"
@@ -49,6 +50,11 @@ type Config struct {
 	// volume file (fusefs.Options.Observe).
 	ObserveFUSE func(op string, took time.Duration, err error)
 	Lease       LeaseConfig // the node's lease in the store (garbage collection)
+	// Holder, if set, returns a client of the process that keeps the node's FUSE
+	// connection for the next slackerd (package fuseholder), started if need be:
+	// Open takes the connection over from it if it has one, or hands it a new
+	// one. Nil: no holder; a slackerd that dies ends its containers' I/O.
+	Holder func(ctx context.Context) (*fuseholder.Client, error)
 	// RootMode is how container roots (volumes made with CreateOptions.Startup)
 	// are made when their CreateOptions.Mode is empty (RootShared).
 	RootMode RootMode
@@ -139,6 +145,9 @@ type Node struct {
 
 	local *localImages // nil without Config.LocalImageBytes
 
+	holder *fuseholder.Client // keeps the FUSE connection for the next slackerd; nil without one
+	adopt  *adoption          // what Open found in place, taking the node over
+
 	closing atomic.Bool // Close has begun: image roots no longer linger
 }
 
@@ -191,11 +200,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n := &Node{cfg: cfg, log: log, maps: map[digest.Digest]*blockmap.Map{}, vols: map[string]*vol{},
 		images: map[digest.Digest]*imageRoot{}}
-	// Reconcile first: a dead FUSE mount left by a crash fails even a stat.
-	if err := n.reconcile(); err != nil {
-		return nil, err
-	}
-	for _, d := range []string{"volumes", "maps", "cache", "fuse", "mnt"} {
+	for _, d := range []string{"volumes", "maps", "cache", "mnt"} {
 		if err := os.MkdirAll(filepath.Join(root, d), 0o700); err != nil {
 			return nil, fmt.Errorf("open node: %w", err)
 		}
@@ -217,26 +222,37 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		popts.Traces = refs
 	}
 	n.prefetch = prefetch.New(n.cache, popts)
+	// The FUSE connection first (a dead FUSE mount left by a crash fails even a
+	// stat, so reconciliation comes before anything looks under the root): taken
+	// over, or new (takeover.go).
+	if err := n.openFUSE(ctx, fusefs.Options{Logger: log, PageCache: cfg.NoDirectIO, Observe: cfg.ObserveFUSE}); err != nil {
+		if n.holder != nil {
+			n.holder.Close()
+		}
+		return nil, err
+	}
+	fail := func(err error) (*Node, error) {
+		if n.Resumed() {
+			// Taking over: the containers' mounts stay for the next attempt, the
+			// connection with the holder, which waits for it (fuse_hold).
+			n.log.Error("takeover-failed", "err", err)
+			n.holder.Close()
+			return nil, err
+		}
+		n.Close(ctx)
+		return nil, err
+	}
 	if cfg.LocalImageBytes > 0 {
-		if n.local, err = newLocalImages(filepath.Join(root, "images"), cfg.LocalImageBytes, cfg.LocalImageFormat); err != nil {
-			return nil, fmt.Errorf("open node: %w", err)
+		// Taking over, the local images the containers' roots stand on stay.
+		if n.local, err = newLocalImages(filepath.Join(root, "images"), cfg.LocalImageBytes, cfg.LocalImageFormat, n.adopt != nil); err != nil {
+			return fail(fmt.Errorf("open node: %w", err))
 		}
 	}
-	n.fs, err = fusefs.Mount(filepath.Join(root, "fuse"), fusefs.Options{
-		Logger:    log,
-		PageCache: cfg.NoDirectIO,
-		Observe:   cfg.ObserveFUSE,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("open node: %w", err)
-	}
 	if err := n.loadVolumes(ctx); err != nil {
-		n.Close(ctx)
-		return nil, err
+		return fail(err)
 	}
 	if n.lease, err = startLeaser(n); err != nil {
-		n.Close(ctx)
-		return nil, err
+		return fail(err)
 	}
 	return n, nil
 }
@@ -296,6 +312,7 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 		return fmt.Errorf("load volumes: %w", err)
 	}
 	var shared []Record // loaded once the image roots they stand on are back
+	var mounted []*vol  // block volumes to mount once all are added
 	for _, e := range ents {
 		id := e.Name()
 		dir := n.volDir(id)
@@ -332,18 +349,28 @@ func (n *Node) loadVolumes(ctx context.Context) error {
 			continue
 		}
 		x := &vol{v: v, r: r, rec: rec}
-		if x.file, err = n.fs.Add(id, v); err != nil {
+		if x.file, err = n.fs.Add(id, v, fusefs.FileOptions{Generation: uint64(rec.Created.UnixNano())}); err != nil {
 			v.Close()
 			return err
 		}
 		n.vols[id] = x
 		if rec.Mounted {
-			if err := n.mountLocked(x, rec.ReadOnly); err != nil {
-				n.log.Error("volume-remount-failed", "volume", id, "err", err)
-				continue
-			}
-			n.log.Info("volume-remounted", "volume", id, "mountpoint", x.mnt)
+			mounted = append(mounted, x)
 		}
+	}
+	// Every volume file is there: a connection taken over is served from now on
+	// (the requests the previous process left unanswered come again), and the
+	// mounts made over it are adopted, or made.
+	n.fs.Serve()
+	for _, x := range mounted {
+		if n.adoptLocked(x) {
+			continue
+		}
+		if err := n.mountLocked(x, x.rec.ReadOnly); err != nil {
+			n.log.Error("volume-remount-failed", "volume", x.rec.ID, "err", err)
+			continue
+		}
+		n.log.Info("volume-remounted", "volume", x.rec.ID, "mountpoint", x.mnt)
 	}
 	// Parents before the roots that stand on them.
 	for len(shared) > 0 {
@@ -561,7 +588,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 		return VolumeInfo{}, fmt.Errorf("create volume %s: %w", id, err)
 	}
 	x := &vol{v: v, r: r, rec: rec}
-	if x.file, err = n.fs.AddBacked(id, v, opts.backing); err != nil {
+	if x.file, err = n.fs.Add(id, v, fusefs.FileOptions{Generation: uint64(rec.Created.UnixNano()), Backing: opts.backing}); err != nil {
 		r.Close()
 		v.Delete()
 		return VolumeInfo{}, err
@@ -1079,6 +1106,13 @@ func (n *Node) Close(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+	}
+	if n.holder != nil {
+		// A stop, not a hand-over: the holder lets the connection go.
+		if err := n.holder.Release(ctx); err != nil {
+			n.log.Warn("fuse-release-failed", "err", err)
+		}
+		n.holder.Close()
 	}
 	return errors.Join(errs...)
 }

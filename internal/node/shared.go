@@ -153,6 +153,19 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	}
 	if !ir.mountedLocked() {
 		id := imageRootID(snapshot)
+		// Its volume, mounted already (taken over from the previous slackerd, its
+		// containers' overlays on it): the root, whatever local image there is now.
+		if x, err := n.get(id); err == nil && n.adopt != nil {
+			x.mu.Lock()
+			mnt := x.mnt
+			x.mu.Unlock()
+			if mnt != "" {
+				ir.x = x
+				ir.users++
+				n.log.Info("image-root-adopted", "snapshot", snapshot, "volume", id, "mountpoint", mnt)
+				return ir, nil
+			}
+		}
 		// All of it on the node: the kernel reads it there.
 		var backing *os.File
 		if path, format, ok := n.local.acquire(snapshot); ok && format == LocalTree {
@@ -402,6 +415,9 @@ func (n *Node) loadShared(ctx context.Context, rec Record) error {
 	if rec.Mounted {
 		x.mu.Lock()
 		defer x.mu.Unlock()
+		if n.adoptLocked(x) {
+			return nil
+		}
 		if err := n.mountSharedLocked(x, rec.ReadOnly); err != nil {
 			return err
 		}

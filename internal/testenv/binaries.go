@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slacker-dev/slacker/internal/fuseholder"
 )
 
 var (
@@ -66,6 +68,35 @@ func Binaries(t testing.TB) (slacker, slackerd string) {
 	return filepath.Join(buildDir, "slacker"), filepath.Join(buildDir, "slackerd")
 }
 
+var nextOnce sync.Once
+var nextBin string
+var nextErr error
+
+// NextSlackerd builds slackerd again as a different binary (its build tag
+// "next", logged at start), to hand a node over to, as an upgrade would.
+func NextSlackerd(t testing.TB) string {
+	t.Helper()
+	Binaries(t)
+	nextOnce.Do(func() {
+		root, err := moduleRoot()
+		if err != nil {
+			nextErr = err
+			return
+		}
+		nextBin = filepath.Join(buildDir, "slackerd-next")
+		args := append([]string{"build", "-o", nextBin, "-ldflags", "-X main.buildTag=next"}, strings.Fields(os.Getenv("SLACKER_TEST_BUILD_FLAGS"))...)
+		cmd := exec.Command("go", append(args, "./cmd/slackerd")...)
+		cmd.Dir = root
+		if out, err := cmd.CombinedOutput(); err != nil {
+			nextErr = fmt.Errorf("go build: %v\n%s", err, out)
+		}
+	})
+	if nextErr != nil {
+		t.Fatal(nextErr)
+	}
+	return nextBin
+}
+
 // StargzBinary returns bin/slacker-stargz, which scripts/setup.sh builds from
 // bench/stargz (CI runs it first); outside CI a missing one is built for the test
 // process.
@@ -111,9 +142,31 @@ func StartProcess(t testing.TB, root, store string, extra ...string) *Process {
 	p.start(extra...)
 	t.Cleanup(func() {
 		p.Stop()
+		stopHolder(t, root)
 		CheckNoMounts(t, root)
 	})
 	return p
+}
+
+// stopHolder waits for the FUSE holder of the slackerd at root to exit (it does
+// once its slackerd stops), and kills it if it does not in 5s.
+func stopHolder(t testing.TB, root string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	c, err := fuseholder.Dial(ctx, filepath.Join(root, "fuse-holder.sock"))
+	if err != nil {
+		return // none
+	}
+	pid := c.PID()
+	c.Close()
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+	}
+	t.Errorf("the FUSE holder (pid %d) outlived its slackerd by 5s: killed", pid)
+	syscall.Kill(pid, syscall.SIGKILL)
 }
 
 func (p *Process) start(extra ...string) {
@@ -137,6 +190,12 @@ func (p *Process) start(extra ...string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if err := waitSocket(ctx, p.Socket); err != nil {
+		// Where it is stuck: Go writes every goroutine's stack on SIGQUIT.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(5 * time.Second):
+		}
 		p.t.Fatalf("slackerd did not start: %v\n%s", err, p.Log())
 	}
 }
@@ -156,6 +215,24 @@ func (p *Process) Kill9() {
 
 // Restart starts the daemon again on the same root.
 func (p *Process) Restart(extra ...string) { p.start(extra...) }
+
+// Handover has the daemon hand the node over (SIGUSR2) and waits for it to exit.
+func (p *Process) Handover() {
+	p.t.Helper()
+	p.cmd.Process.Signal(syscall.SIGUSR2)
+	select {
+	case <-p.done:
+	case <-time.After(30 * time.Second):
+		p.t.Fatalf("slackerd did not exit within 30s of SIGUSR2\n%s", p.Log())
+	}
+	p.log.Close()
+}
+
+// RestartWith starts the binary bin on the same root (an upgrade).
+func (p *Process) RestartWith(bin string, extra ...string) {
+	p.bin = bin
+	p.start(extra...)
+}
 
 // Stop stops the daemon gracefully (SIGTERM), killing it after 30s.
 func (p *Process) Stop() {
