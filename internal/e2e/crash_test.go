@@ -97,26 +97,197 @@ func seqContent(i int) []byte {
 	return b.Bytes()
 }
 
-// TestKill9WithRunningContainers kills slackerd with SIGKILL while two containers
-// run, one of them writing and fsyncing files in its root filesystem, and restarts
-// it, in each container root mode. The containers, whose root filesystems died
-// with the daemon, are stopped and recorded as exited; their roots are remounted
-// with every fsynced file; the filesystem is clean (the block root's, or the image
-// root under the shared ones); the writer's root can be committed and run;
-// removing the containers leaves no mount, loop device or runc state behind.
-func TestKill9WithRunningContainers(t *testing.T) {
+// TestContainersSurviveSlackerd kills slackerd with SIGKILL (or has it hand the
+// node over, SIGUSR2, to a different build of itself) while containers write and
+// fsync files in their root filesystems, and starts a new slackerd a second
+// later. The new one takes the FUSE connection over from the holder: every
+// container finishes its work with no I/O error (each writer exits 0 having
+// written every file), a sleeping container lives on, each writer's commit holds
+// every file it wrote, byte for byte, and a block root's filesystem is clean
+// (e2fsck -fn) once unmounted. In each container root mode, and with 16
+// containers at once (both modes).
+func TestContainersSurviveSlackerd(t *testing.T) {
 	testutil.RequireTool(t, "runc", "umoci")
 	testutil.RequireOverlay(t)
 	layout := testenv.DebianOCI(t)
-	for _, mode := range []string{"shared", "block"} {
-		t.Run(mode, func(t *testing.T) { kill9WithRunningContainers(t, layout, mode) })
+	for _, c := range []struct {
+		name, how string
+		modes     []string // one writer per entry
+		files     int      // each writer's
+		killAt    int      // files written by each writer before the kill
+	}{
+		{"kill9/shared", "kill9", []string{"shared"}, 100, 20},
+		{"kill9/block", "kill9", []string{"block"}, 100, 20},
+		{"upgrade/shared", "upgrade", []string{"shared"}, 100, 20},
+		{"upgrade/block", "upgrade", []string{"block"}, 100, 20},
+		{"kill9/16", "kill9", []string{"shared", "block", "shared", "block", "shared", "block", "shared", "block",
+			"shared", "block", "shared", "block", "shared", "block", "shared", "block"}, 150, 3},
+	} {
+		t.Run(c.name, func(t *testing.T) { surviveSlackerd(t, layout, c.how, c.modes, c.files, c.killAt) })
 	}
 }
 
-func kill9WithRunningContainers(t *testing.T, layout, mode string) {
+func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, killAt int) {
 	ctx := context.Background()
 	work := t.TempDir()
 	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"))
+	cli(t, p, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
+	next := ""
+	if how == "upgrade" {
+		next = testenv.NextSlackerd(t)
+	}
+
+	// Each writer writes files 0..files-1 with seq (read from the image), fsyncs
+	// each and prints its number; any error ends it with a non-zero status.
+	script := fmt.Sprintf(`set -e; i=0; while [ $i -lt %d ]; do seq $i $((i+2000)) > /data-$i; sync /data-$i; echo $i; i=$((i+1)); done`, files)
+	writers := make([]*background, len(modes))
+	for i, mode := range modes {
+		writers[i] = runBackground(t, p, "run", "--root-mode", mode, "--name", fmt.Sprintf("writer%d", i), "debian:bookworm", "--", "sh", "-c", script)
+	}
+	sleeper := runBackground(t, p, "run", "--root-mode", modes[0], "--name", "sleeper", "debian:bookworm", "--", "sleep", "100000")
+	deadline := time.Now().Add(3 * time.Minute)
+	for i, w := range writers {
+		for len(w.output()) < killAt {
+			if time.Now().After(deadline) {
+				t.Fatalf("writer%d reported %d files in 3 minutes\n%s", i, len(w.output()), p.Log())
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	if out := cli(t, p, 0, "ps", "-q"); len(strings.Fields(out)) != len(modes)+1 {
+		t.Fatalf("running before: %q", out)
+	}
+	if how == "upgrade" {
+		p.Handover()
+	} else {
+		p.Kill9()
+	}
+	t.Logf("%s of slackerd after %d files (writer0)", how, len(writers[0].output()))
+	time.Sleep(time.Second) // nobody serves: the containers' I/O waits
+	if how == "upgrade" {
+		p.RestartWith(next)
+	} else {
+		p.Restart()
+	}
+	log := p.Log()
+	for _, want := range []string{"fuse-connection-taken-over", "volume-adopted", `"msg":"container-kept","container":"sleeper"`} {
+		if !strings.Contains(log, want) {
+			t.Errorf("the new slackerd did not log %s", want)
+		}
+	}
+	for _, bad := range []string{"reconcile-killed-container", "reconcile-unmounted", "volume-io-error"} {
+		if strings.Contains(log, bad) {
+			t.Errorf("slackerd logged %s", bad)
+		}
+	}
+	if how == "upgrade" {
+		if n := strings.Count(log, `"msg":"volume-handed-over"`); n < len(modes)+1 {
+			t.Errorf("%d volume-handed-over lines, want one per volume (at least %d)", n, len(modes)+1)
+		}
+		if !strings.Contains(log, `next","taken_over":true`) && !strings.Contains(log, `"taken_over":true`) {
+			t.Errorf("the new build did not log taking the node over")
+		}
+		if !strings.Contains(log, ` next"`) {
+			t.Errorf("the node-ready line of the new build does not name it (build tag next)")
+		}
+	}
+	for i, w := range writers {
+		if code := w.wait(t, 3*time.Minute); code != 0 {
+			t.Errorf("writer%d exited %d after %d files\n%s", i, code, len(w.output()), p.Log())
+		}
+		if got := len(w.output()); got != files {
+			t.Errorf("writer%d wrote %d files, want %d", i, got, files)
+		}
+	}
+	select {
+	case <-sleeper.done:
+		t.Fatalf("the sleeping container ended (%d)", sleeper.code)
+	default:
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// Each writer's commit holds every file it wrote; a block root is clean.
+	check := fmt.Sprintf(`i=0; while [ $i -lt %d ]; do seq $i $((i+2000)) | cmp -s - /data-$i || { echo bad $i; exit 1; }; i=$((i+1)); done; echo ok`, files)
+	var ps []struct {
+		ID   string `json:"id"`
+		Name string `json:"name"`
+	}
+	if err := json.Unmarshal([]byte(cli(t, p, 0, "ps", "-a", "--json")), &ps); err != nil {
+		t.Fatal(err)
+	}
+	ids := map[string]string{}
+	for _, c := range ps {
+		ids[c.Name] = c.ID
+	}
+	c := api.NewClient(p.Socket)
+	for i, mode := range modes {
+		name := fmt.Sprintf("writer%d", i)
+		cli(t, p, 0, "commit", name, "debian:"+name)
+		if out := cli(t, p, 0, "run", "--rm", "debian:"+name, "--", "sh", "-c", check); strings.TrimSpace(out) != "ok" {
+			t.Errorf("%s's commit: %s", name, out)
+		}
+		if mode == "block" {
+			vol, err := c.Volume(ctx, ids[name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := c.UnmountVolume(ctx, ids[name]); err != nil {
+				t.Fatal(err)
+			}
+			if out, err := mount.Fsck(ctx, vol.File); err != nil {
+				t.Errorf("%s's root filesystem: %v\n%s", name, err, out)
+			}
+		}
+	}
+	cli(t, p, 0, "rm", "-f", "sleeper")
+	sleeper.wait(t, time.Minute)
+	for i := range modes {
+		cli(t, p, 0, "rm", fmt.Sprintf("writer%d", i))
+	}
+	if out := cli(t, p, 0, "ps", "-a", "-q"); out != "" {
+		t.Fatalf("containers left: %q", out)
+	}
+	// What is left goes with drop-caches: the idle image root, and a local image
+	// being written from a clone of it (a long test's root idles long enough to
+	// start one), once that write ends.
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		if err := c.DropCaches(ctx, false); err != nil {
+			t.Fatal(err)
+		}
+		vols, err := c.Volumes(ctx)
+		if err == nil && len(vols) == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("volumes left after drop-caches: %+v %v", vols, err)
+		}
+	}
+}
+
+// TestKill9WithoutHolder: with fuse_hold off, a slackerd killed with SIGKILL
+// ends its containers' I/O, and the next one reconciles as before the holder
+// existed: the containers are stopped and recorded as exited; their roots are
+// remounted with every fsynced file; the filesystem is clean; the writer's root
+// can be committed and run; removing the containers leaves nothing behind. The
+// same when no slackerd comes within fuse_hold (2s): the holder ends the
+// connection, the writer's I/O fails (it stops writing), and the next slackerd
+// reconciles; in block mode, whose writes go through slackerd (a shared root's
+// go to its upper layer on the node's disk: only its reads of the image wait).
+func TestKill9WithoutHolder(t *testing.T) {
+	testutil.RequireTool(t, "runc", "umoci")
+	testutil.RequireOverlay(t)
+	layout := testenv.DebianOCI(t)
+	for _, c := range []struct{ hold, mode string }{{"off", "shared"}, {"off", "block"}, {"2s", "block"}} {
+		t.Run("hold-"+c.hold+"/"+c.mode, func(t *testing.T) { kill9WithoutHolder(t, layout, c.mode, c.hold) })
+	}
+}
+
+func kill9WithoutHolder(t *testing.T, layout, mode, hold string) {
+	ctx := context.Background()
+	work := t.TempDir()
+	p := testenv.StartProcess(t, filepath.Join(work, "node"), filepath.Join(work, "store"), "--fuse-hold", hold)
 	cli(t, p, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
 
 	writer := runBackground(t, p, "run", "--root-mode", mode, "--name", "writer", "debian:bookworm", "--", "sh", "-c",
@@ -138,10 +309,27 @@ func kill9WithRunningContainers(t *testing.T, layout, mode string) {
 		t.Fatalf("ps before the crash: %v %+v", err, ps)
 	}
 	p.Kill9()
+	if hold != "off" {
+		// Past the limit, the holder ends the connection: the writer's next
+		// fsync fails, and it writes no more.
+		time.Sleep(2 * time.Second)
+		for n, deadline := len(writer.output()), time.Now().Add(10*time.Second); ; n = len(writer.output()) {
+			time.Sleep(500 * time.Millisecond)
+			if len(writer.output()) == n {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the writer still writes %s after the kill, fuse_hold %s", 12*time.Second, hold)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(p.Root, "fuse-holder.log")); err != nil || !strings.Contains(string(b), "fuse-connection-ended") {
+			t.Errorf("the holder did not end the connection: %v\n%s", err, b)
+		}
+	}
 	durable := writer.output() // every line was printed after its file's fsync
 	t.Logf("killed slackerd after %d fsynced files", len(durable))
 
-	p.Restart()
+	p.Restart("--fuse-hold", hold)
 	log := p.Log()
 	for _, want := range []string{"reconcile-unmounted", "volume-remounted", "reconcile-killed-container"} {
 		if !strings.Contains(log, want) {
