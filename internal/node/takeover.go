@@ -7,8 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/slacker-dev/slacker/internal/fuseholder"
 	"github.com/slacker-dev/slacker/internal/fusefs"
+	"github.com/slacker-dev/slacker/internal/fuseholder"
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/mount"
 )
