@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -112,7 +113,8 @@ func ctr(t *testing.T, c *services.Containerd, args ...string) string {
 // two-layer image with whiteouts is pulled through the same snapshotter (unpacked
 // into clones, logged as not lazy) and runs with the right files; a stock
 // containerd (overlayfs) pulls the Slacker image but cannot run it, and finds the
-// README that says why.
+// README that says why. A container run through containerd outlives a kill -9
+// of slackerd (the next one takes the node over).
 func TestContainerdSnapshotter(t *testing.T) {
 	testutil.RequireTool(t, "runc", "docker-registry", "umoci", "containerd", "ctr")
 	layoutDir := testenv.DebianOCI(t)
@@ -161,6 +163,45 @@ func TestContainerdSnapshotter(t *testing.T) {
 	ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w1", "sh", "-c", "echo mine > /etc/motd")
 	if out := ctr(t, c, "run", "--rm", "--snapshotter", "slacker", slackerRef, "w2", "cat", "/etc/motd"); strings.Contains(out, "mine") {
 		t.Fatal("a container saw another container's write")
+	}
+
+	// A containerd container outlives slackerd: killed with SIGKILL while the
+	// container writes and fsyncs, a new slackerd takes the node over; the
+	// container finishes with every file it wrote, and containerd removes it
+	// through the new slackerd's snapshotter.
+	script := `set -e; i=0; while [ $i -lt 60 ]; do seq $i $((i+2000)) > /data-$i; sync /data-$i; sleep 0.05; i=$((i+1)); done
+i=0; while [ $i -lt 60 ]; do seq $i $((i+2000)) | cmp -s - /data-$i; i=$((i+1)); done; echo survived`
+	type result struct {
+		out string
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		out, err := c.Ctr(ctx, "run", "--rm", "--snapshotter", "slacker", slackerRef, "survivor", "sh", "-c", script)
+		done <- result{out, err}
+	}()
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(50 * time.Millisecond) {
+		if out, _ := c.Ctr(ctx, "tasks", "ls"); strings.Contains(out, "RUNNING") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the survivor container did not start in a minute")
+		}
+	}
+	time.Sleep(time.Second)
+	b.Kill9()
+	time.Sleep(time.Second)
+	b.Restart()
+	select {
+	case r := <-done:
+		if r.err != nil || strings.TrimSpace(r.out) != "survived" {
+			t.Fatalf("a containerd container across a slackerd kill -9: %v %q\n%s", r.err, r.out, b.Log())
+		}
+	case <-time.After(3 * time.Minute):
+		t.Fatal("the survivor container did not finish in 3 minutes")
+	}
+	if !strings.Contains(b.Log(), "fuse-connection-taken-over") {
+		t.Error("the new slackerd did not take the node over")
 	}
 
 	// The ordinary image: unpacked into clones with OCI whiteouts, logged as not lazy.
