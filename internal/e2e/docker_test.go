@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/empty"
@@ -177,6 +178,26 @@ func testDocker(t *testing.T, layout, registry, mode string) {
 	slk := registry + "/slacker/debian:bookworm-" + mode
 	cli(t, a.slackerd, 0, "push", "debian:slacker", slk)
 	changed := registry + "/slacker/debian:changed-" + mode
+
+	t.Run("a container outlives a kill -9 of slackerd", func(t *testing.T) {
+		dockerOK(t, a.docker, "run", "-d", "--name", "survivor", "--network", "none", "debian:bookworm", "sh", "-c",
+			`set -e; i=0; while [ $i -lt 60 ]; do seq $i $((i+2000)) > /data-$i; sync /data-$i; sleep 0.05; i=$((i+1)); done
+i=0; while [ $i -lt 60 ]; do seq $i $((i+2000)) | cmp -s - /data-$i; i=$((i+1)); done; echo survived`)
+		time.Sleep(time.Second)
+		a.slackerd.Kill9()
+		time.Sleep(time.Second)
+		a.slackerd.Restart()
+		if code := strings.TrimSpace(dockerOK(t, a.docker, "wait", "survivor")); code != "0" {
+			t.Fatalf("the container exited %s across the kill\n%s", code, dockerOK(t, a.docker, "logs", "survivor"))
+		}
+		if out := dockerOK(t, a.docker, "logs", "survivor"); strings.TrimSpace(out) != "survived" {
+			t.Fatalf("the container's output: %q", out)
+		}
+		if !strings.Contains(a.slackerd.Log(), "fuse-connection-taken-over") {
+			t.Error("the new slackerd did not take the node over")
+		}
+		dockerOK(t, a.docker, "rm", "survivor")
+	})
 
 	t.Run("pull, diff, commit and push a Slacker image", func(t *testing.T) {
 		dockerOK(t, a.docker, "pull", "-q", slk)

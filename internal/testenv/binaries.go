@@ -130,6 +130,7 @@ type Process struct {
 	log                 *os.File
 	done                chan struct{}
 	t                   testing.TB
+	extra               []string // the flags it was started with
 }
 
 // StartProcess starts the slackerd binary with root and store, and waits until it
@@ -138,7 +139,7 @@ func StartProcess(t testing.TB, root, store string, extra ...string) *Process {
 	t.Helper()
 	RequirePrivileged(t)
 	_, bin := Binaries(t)
-	p := &Process{Root: root, Socket: filepath.Join(root, "slackerd.sock"), Store: store, bin: bin, t: t}
+	p := &Process{Root: root, Socket: filepath.Join(root, "slackerd.sock"), Store: store, bin: bin, t: t, extra: extra}
 	p.start(extra...)
 	t.Cleanup(func() {
 		p.Stop()
@@ -213,8 +214,14 @@ func (p *Process) Kill9() {
 	p.log.Close()
 }
 
-// Restart starts the daemon again on the same root.
-func (p *Process) Restart(extra ...string) { p.start(extra...) }
+// Restart starts the daemon again on the same root, with the flags it was first
+// started with unless others are given.
+func (p *Process) Restart(extra ...string) {
+	if len(extra) == 0 {
+		extra = p.extra
+	}
+	p.start(extra...)
+}
 
 // Handover has the daemon hand the node over (SIGUSR2) and waits for it to exit.
 func (p *Process) Handover() {
@@ -228,10 +235,11 @@ func (p *Process) Handover() {
 	p.log.Close()
 }
 
-// RestartWith starts the binary bin on the same root (an upgrade).
+// RestartWith starts the binary bin on the same root (an upgrade), with the flags
+// the daemon was first started with unless others are given.
 func (p *Process) RestartWith(bin string, extra ...string) {
 	p.bin = bin
-	p.start(extra...)
+	p.Restart(extra...)
 }
 
 // Stop stops the daemon gracefully (SIGTERM), killing it after 30s.
