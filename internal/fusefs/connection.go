@@ -112,6 +112,10 @@ func Mount(mountpoint string, opts Options) (*FS, error) {
 	}
 	f.server, f.devFD, f.init = server, fd, encodeInit(server.KernelSettings())
 	f.Serve()
+	if err := pollHack(mountpoint); err != nil {
+		f.Unmount()
+		return nil, fmt.Errorf("mount volume directory at %s: %w", mountpoint, err)
+	}
 	return f, nil
 }
 
@@ -191,3 +195,24 @@ func encodeInit(in *fuse.InitIn) []byte {
 	}
 	return b
 }
+
+// pollHack has the kernel learn, once per connection, that this server does not
+// answer POLL. Without it, the first open of a volume file by this process (a
+// loop device being attached) can deadlock: Go registers every file it opens
+// with its epoll, the kernel asks the FUSE server about polling while holding
+// the epoll's lock, and the runtime's netpoller, waiting for that lock, cannot
+// let the server's goroutines answer. go-fuse does this itself for the mounts it
+// makes, not for a "/dev/fd/N" one: it answers for the name pollHackName, a
+// file opened here with raw system calls, outside Go's epoll, and polled once.
+func pollHack(mountpoint string) error {
+	fd, err := unix.Open(mountpoint+"/"+pollHackName, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("FUSE poll hack: %w", err)
+	}
+	unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN | unix.POLLPRI | unix.POLLOUT}}, 0)
+	unix.Close(fd)
+	return nil
+}
+
+// pollHackName is the file go-fuse's server answers for (fuse/poll.go).
+const pollHackName = ".go-fuse-epoll-hack"
