@@ -671,14 +671,20 @@ func (n *Node) markIdle(info *VolumeInfo) {
 	info.Idle = true
 }
 
-// Volumes lists every volume, sorted by creation time.
-func (n *Node) Volumes() []VolumeInfo {
+// allVols returns the node's volumes at this moment.
+func (n *Node) allVols() []*vol {
 	n.mu.Lock()
+	defer n.mu.Unlock()
 	xs := make([]*vol, 0, len(n.vols))
 	for _, x := range n.vols {
 		xs = append(xs, x)
 	}
-	n.mu.Unlock()
+	return xs
+}
+
+// Volumes lists every volume, sorted by creation time.
+func (n *Node) Volumes() []VolumeInfo {
+	xs := n.allVols()
 	out := make([]VolumeInfo, 0, len(xs))
 	for _, x := range xs {
 		x.mu.Lock()
@@ -1060,12 +1066,7 @@ func (n *Node) Close(ctx context.Context) error {
 		ir.mu.Unlock()
 	}
 	n.imagesMu.Unlock()
-	n.mu.Lock()
-	xs := make([]*vol, 0, len(n.vols))
-	for _, x := range n.vols {
-		xs = append(xs, x)
-	}
-	n.mu.Unlock()
+	xs := n.allVols()
 	// Shared roots first: their overlays hold the image roots below them.
 	sort.SliceStable(xs, func(i, j int) bool { return xs[i].shared != nil && xs[j].shared == nil })
 	var errs []error

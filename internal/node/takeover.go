@@ -186,12 +186,7 @@ func (n *Node) Handover(ctx context.Context) error {
 	}
 	n.imagesMu.Unlock()
 	n.local.stop()
-	n.mu.Lock()
-	xs := make([]*vol, 0, len(n.vols))
-	for _, x := range n.vols {
-		xs = append(xs, x)
-	}
-	n.mu.Unlock()
+	xs := n.allVols()
 	var errs []error
 	for _, x := range xs {
 		x.mu.Lock()
