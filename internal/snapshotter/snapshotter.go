@@ -640,12 +640,34 @@ func (s *Snapshotter) Cleanup(ctx context.Context) error {
 		}
 		s.log.Info("snapshot-volume-cleaned", "volume", v.ID)
 	}
-	ents, _ := os.ReadDir(s.recDir)
-	for _, e := range ents {
-		id := strings.TrimSuffix(e.Name(), ".json")
-		if k, ok := kinds[id]; !ok || k != snapshots.KindCommitted {
-			os.Remove(filepath.Join(s.recDir, e.Name()))
+	// Records go in a write transaction: a record is written in the transaction
+	// that commits its snapshot (Prepare of a remote snapshot, Commit), so none is
+	// half-way while this one runs, and none written after the walk above, for a
+	// snapshot committed since, is taken for garbage (it was: a record of a
+	// concurrent pull was removed, even its temporary file before its rename).
+	err = s.ms.WithTransaction(ctx, true, func(ctx context.Context) error {
+		committed := map[string]bool{}
+		err := storage.WalkInfo(ctx, func(ctx context.Context, info snapshots.Info) error {
+			id, _, _, err := storage.GetInfo(ctx, info.Name)
+			if err == nil && info.Kind == snapshots.KindCommitted {
+				committed[id] = true
+			}
+			return err
+		})
+		if err != nil {
+			return err
 		}
+		ents, _ := os.ReadDir(s.recDir)
+		for _, e := range ents {
+			id, ok := strings.CutSuffix(e.Name(), ".json")
+			if ok && !strings.HasPrefix(id, ".") && !committed[id] {
+				os.Remove(filepath.Join(s.recDir, e.Name()))
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

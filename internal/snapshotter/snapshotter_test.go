@@ -323,8 +323,24 @@ func TestCleanup(t *testing.T) {
 	if _, err := f.d.Node.CreateVolume(f.ctx, node.CreateOptions{ID: "other"}); err != nil {
 		t.Fatal(err)
 	}
+	// A record being written (its temporary file, before the rename in the
+	// transaction that commits its snapshot) is no garbage; a record of no
+	// snapshot is.
+	recs := filepath.Join(f.dir, "records")
+	writing, stale := filepath.Join(recs, ".77.json.tmp-0123456789abcdef"), filepath.Join(recs, "78.json")
+	for _, p := range []string{writing, stale} {
+		if err := os.WriteFile(p, []byte(`{}`), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	if err := f.sn.Cleanup(f.ctx); err != nil {
 		t.Fatal(err)
+	}
+	if _, err := os.Stat(writing); err != nil {
+		t.Errorf("cleanup removed a record being written: %v", err)
+	}
+	if _, err := os.Stat(stale); err == nil {
+		t.Error("cleanup kept the record of no snapshot")
 	}
 	have := map[string]bool{}
 	for _, v := range f.d.Node.Volumes() {
