@@ -154,8 +154,15 @@ func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, ki
 			time.Sleep(10 * time.Millisecond)
 		}
 	}
-	if out := cli(t, p, 0, "ps", "-q"); len(strings.Fields(out)) != len(modes)+1 {
-		t.Fatalf("running before: %q", out)
+	for {
+		out := cli(t, p, 0, "ps", "-q")
+		if len(strings.Fields(out)) == len(modes)+1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("running before: %q", out)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 	if how == "upgrade" {
 		p.Handover()
