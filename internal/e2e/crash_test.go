@@ -145,6 +145,13 @@ func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, ki
 		writers[i] = runBackground(t, p, "run", "--root-mode", mode, "--name", fmt.Sprintf("writer%d", i), "debian:bookworm", "--", "sh", "-c", script)
 	}
 	sleeper := runBackground(t, p, "run", "--root-mode", modes[0], "--name", "sleeper", "debian:bookworm", "--", "sleep", "100000")
+	// On a failure, the containers go before slackerd does (a killed `slacker run`
+	// leaves its container running).
+	t.Cleanup(func() {
+		if t.Failed() {
+			p.CLI(t, append([]string{"rm", "-f", "sleeper"}, containerNames(len(modes))...)...)
+		}
+	})
 	deadline := time.Now().Add(3 * time.Minute)
 	for i, w := range writers {
 		for len(w.output()) < killAt {
@@ -271,6 +278,15 @@ func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, ki
 			t.Fatalf("volumes left after drop-caches: %+v %v", vols, err)
 		}
 	}
+}
+
+// containerNames are the names of n writers: writer0, writer1, ...
+func containerNames(n int) []string {
+	out := make([]string, n)
+	for i := range out {
+		out[i] = fmt.Sprintf("writer%d", i)
+	}
+	return out
 }
 
 // TestKill9WithoutHolder: with fuse_hold off, a slackerd killed with SIGKILL
