@@ -169,12 +169,20 @@ func (h *helper) resume(t *testing.T) {
 }
 
 // abortConnection ends the FUSE connection of the mount with device minor dev
-// through fusectl, so that nothing waits on it for good.
+// through fusectl, so that nothing waits on it for good. fusectl is mounted for
+// it on a directory of its own, and unmounted after.
 func abortConnection(t *testing.T, minor uint32) {
-	dir := "/sys/fs/fuse/connections"
-	if _, err := os.Stat(filepath.Join(dir, strconv.Itoa(int(minor)))); err != nil {
-		unix.Mount("fusectl", dir, "fusectl", 0, "")
+	dir, err := os.MkdirTemp("", "fusectl-")
+	if err != nil {
+		t.Error(err)
+		return
 	}
+	defer os.Remove(dir)
+	if err := unix.Mount("fusectl", dir, "fusectl", 0, ""); err != nil {
+		t.Errorf("mount fusectl: %v", err)
+		return
+	}
+	defer unix.Unmount(dir, unix.MNT_DETACH)
 	os.WriteFile(filepath.Join(dir, strconv.Itoa(int(minor)), "abort"), []byte("1"), 0)
 }
 
