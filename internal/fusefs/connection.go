@@ -2,11 +2,15 @@ package fusefs
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
+	"reflect"
 	"strconv"
+	"sync"
 	"syscall"
+	"unsafe"
 
 	"github.com/hanwen/go-fuse/v2/fuse"
 	"golang.org/x/sys/unix"
@@ -110,6 +114,11 @@ func Mount(mountpoint string, opts Options) (*FS, error) {
 		unix.Close(fd)
 		return nil, fmt.Errorf("mount volume directory at %s: %w", mountpoint, err)
 	}
+	if err := prefaultRequestBuffers(server); err != nil {
+		unix.Unmount(mountpoint, unix.MNT_DETACH)
+		unix.Close(fd)
+		return nil, fmt.Errorf("mount volume directory at %s: %w", mountpoint, err)
+	}
 	f.server, f.devFD, f.init = server, fd, encodeInit(server.KernelSettings())
 	f.Serve()
 	if err := pollHack(mountpoint); err != nil {
@@ -150,6 +159,10 @@ func Resume(mountpoint string, s Session, opts Options) (*FS, error) {
 		unix.Close(serverEnd)
 		return nil, fmt.Errorf("resume FUSE connection at %s: %w", mountpoint, err)
 	}
+	if err := prefaultRequestBuffers(server); err != nil {
+		unix.Close(serverEnd)
+		return nil, fmt.Errorf("resume FUSE connection at %s: %w", mountpoint, err)
+	}
 	// The answer to the replayed INIT (the kernel had the first one's).
 	unix.Read(kernelEnd, make([]byte, 4096))
 	// The server reads and writes descriptor number serverEnd: it becomes the
@@ -180,6 +193,48 @@ func (f *FS) Serve() {
 		}
 		go f.server.Serve()
 	})
+}
+
+// prefaultRequestBuffers has every buffer go-fuse reads requests into written
+// once, page by page, before its first read. The kernel copies a request into the
+// server's buffer after taking it off its queue; where a page of the buffer is not
+// yet mapped, the copy must fault it in, which the kernel refuses to a process with
+// a SIGKILL pending, and it then ends the request with EIO: a container's read or
+// write failed at the instant slackerd was killed, instead of being sent again to
+// the next slackerd (TestResumeAcrossRepeatedKills: about one kill in fifteen
+// without this, none with it). Go hands out new buffers as untouched memory from
+// the system. go-fuse makes them in its Server's readPool, which it does not
+// export; this wraps that pool's New, and fails, rather than serve without it,
+// if a go-fuse upgrade moved it.
+func prefaultRequestBuffers(s *fuse.Server) error {
+	v := reflect.ValueOf(s).Elem().FieldByName("readPool")
+	if !v.IsValid() || v.Type() != reflect.TypeFor[sync.Pool]() {
+		return errors.New("go-fuse's Server has no readPool of request buffers (go-fuse was upgraded; see prefaultRequestBuffers)")
+	}
+	pool := (*sync.Pool)(unsafe.Pointer(v.UnsafeAddr()))
+	newBuffer := pool.New
+	if newBuffer == nil {
+		return errors.New("go-fuse's readPool makes no request buffers (go-fuse was upgraded; see prefaultRequestBuffers)")
+	}
+	pool.New = func() any {
+		b, ok := newBuffer().([]byte)
+		if ok {
+			touchPages(b[:cap(b)])
+		}
+		return b
+	}
+	return nil
+}
+
+// touchPages writes one byte of every page of b, so that the system maps them.
+func touchPages(b []byte) {
+	const page = 4096
+	for i := 0; i < len(b); i += page {
+		b[i] = 0
+	}
+	if len(b) > 0 {
+		b[len(b)-1] = 0
+	}
 }
 
 // encodeInit is the body of the kernel's INIT request as go-fuse read it.

@@ -18,7 +18,10 @@
 // the kernel holds, a file's node ID is a function of its name (with a generation
 // telling a re-created volume from the old one), and nothing is kept per open: a
 // loop device keeps its file open across the hand-over. FLUSH is refused (ENOSYS),
-// so that no close of a volume file ever waits for a server.
+// so that no close of a volume file ever waits for a server. Every request buffer
+// is written page by page before its first use: a SIGKILL landing while the kernel
+// copies a request into an unmapped page would end that request with EIO instead
+// of leaving it for the next process.
 //
 // Errors are translated once, here (Errno, from errdefs.KindOf): an interrupted
 // request gives EINTR, a write past the end ENOSPC, anything else EIO with one log
