@@ -16,6 +16,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"github.com/opencontainers/go-digest"
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/slacker-dev/slacker/internal/api"
 	"github.com/slacker-dev/slacker/internal/config"
@@ -35,6 +36,7 @@ type check struct {
 type doctorEnv struct {
 	euid            int
 	procFilesystems string // /proc/filesystems
+	kernelRelease   string // uname -r
 	dev             string // /dev
 	lookPath        func(string) (string, error)
 	output          func(ctx context.Context, name string, args ...string) (string, error)
@@ -46,6 +48,7 @@ type doctorEnv struct {
 func defaultDoctorEnv() doctorEnv {
 	return doctorEnv{
 		euid: os.Geteuid(), procFilesystems: "/proc/filesystems", dev: "/dev", lookPath: exec.LookPath,
+		kernelRelease: kernelRelease(),
 		output: func(ctx context.Context, name string, args ...string) (string, error) {
 			out, err := exec.CommandContext(ctx, name, args...).CombinedOutput()
 			return string(out), err
@@ -126,6 +129,7 @@ func runDoctor(ctx context.Context, de doctorEnv) []check {
 	add(kernelCheck(de, "fuse", filepath.Join(de.dev, "fuse"), "modprobe fuse (and load it at boot: echo fuse > /etc/modules-load.d/slacker.conf)"))
 	add(kernelCheck(de, "loop", filepath.Join(de.dev, "loop-control"), "modprobe loop (and load it at boot: echo loop > /etc/modules-load.d/slacker.conf)"))
 	add(kernelCheck(de, "ext4", "", "modprobe ext4"))
+	add(kernelReleaseCheck(de.kernelRelease))
 	for _, t := range []struct{ name, pkg, flag string }{
 		{"runc", "runc", "--version"}, {"mkfs.ext4", "e2fsprogs", "-V"}, {"e2fsck", "e2fsprogs", "-V"},
 	} {
@@ -189,6 +193,35 @@ func kernelCheck(de doctorEnv, fs, devNode, fix string) check {
 		}
 	}
 	c.Detail = fs + " is not in " + de.procFilesystems
+	return c
+}
+
+// kernelRelease is uname -r.
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return ""
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// kernelReleaseCheck warns below Linux 6.9, which brought what slackerd uses when
+// it is there: FUSE_NOTIFY_RESEND (a container's request in flight when slackerd
+// died is answered by the next slackerd) and FUSE passthrough (image roots read
+// from local files without a round trip to slackerd).
+func kernelReleaseCheck(release string) check {
+	c := check{Name: "kernel release", Status: "warn"}
+	var major, minor int
+	if _, err := fmt.Sscanf(release, "%d.%d", &major, &minor); err != nil {
+		c.Detail = fmt.Sprintf("cannot tell the kernel's version from %q", release)
+		return c
+	}
+	if major > 6 || major == 6 && minor >= 9 {
+		c.Status, c.Detail = "ok", "Linux "+release+": FUSE resend and passthrough (6.9)"
+		return c
+	}
+	c.Detail = "Linux " + release + " is older than 6.9: a container's read or write in flight when slackerd dies waits until the connection ends (fuse_hold), then fails, instead of being answered by the next slackerd; image roots are read through slackerd (no FUSE passthrough)"
+	c.Fix = "run a kernel 6.9 or later (Debian bookworm-backports has one)"
 	return c
 }
 

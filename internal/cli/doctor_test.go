@@ -23,7 +23,7 @@ func fakeEnv(t *testing.T, filesystems string, tools ...string) doctorEnv {
 		have[tl] = true
 	}
 	return doctorEnv{
-		euid: 0, procFilesystems: filepath.Join(dir, "filesystems"), dev: dev,
+		euid: 0, procFilesystems: filepath.Join(dir, "filesystems"), dev: dev, kernelRelease: "6.18.44-1",
 		lookPath: func(name string) (string, error) {
 			if have[name] {
 				return "/usr/bin/" + name, nil
@@ -66,6 +66,7 @@ func TestDoctorKernelAndTools(t *testing.T) {
 		{"no e2fsprogs", all, []string{"runc"}, "", "tool mkfs.ext4", "fail", "apt-get install e2fsprogs"},
 		{"runc version", all, []string{"runc"}, "", "tool runc", "ok", ""},
 		{"no slackerd", all, nil, "", "slackerd", "fail", "start slackerd"},
+		{"kernel release", all, nil, "", "kernel release", "ok", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			de := fakeEnv(t, tc.filesystems, tc.tools...)
@@ -79,6 +80,27 @@ func TestDoctorKernelAndTools(t *testing.T) {
 				t.Fatalf("%s: %+v, want %s with fix %q", tc.check, c, tc.status, tc.fix)
 			}
 		})
+	}
+}
+
+func TestDoctorKernelRelease(t *testing.T) {
+	for _, tc := range []struct{ release, status, detail string }{
+		{"6.18.44-fc-v595", "ok", "FUSE resend"},
+		{"6.9.0", "ok", "passthrough"},
+		{"7.0.1", "ok", ""},
+		{"6.8.12-amd64", "warn", "older than 6.9"},
+		{"6.1.0-28-amd64", "warn", "fuse_hold"},
+		{"5.10.0", "warn", "older than 6.9"},
+		{"", "warn", "cannot tell"},
+		{"linux", "warn", "cannot tell"},
+	} {
+		c := kernelReleaseCheck(tc.release)
+		if c.Status != tc.status || !strings.Contains(c.Detail, tc.detail) {
+			t.Errorf("%q: %+v, want %s saying %q", tc.release, c, tc.status, tc.detail)
+		}
+		if c.Status == "warn" && c.Fix == "" && tc.release != "" && tc.release != "linux" {
+			t.Errorf("%q: a warning with no fix", tc.release)
+		}
 	}
 }
 
