@@ -81,6 +81,12 @@ type Daemon struct {
 	// its last container goes, its page cache kept for the next one (default 5m;
 	// "off": it goes with its last container). docs/design.md, "Idle image roots".
 	ImageRootLinger string `toml:"image_root_linger"`
+	// VolumeReadahead is the kernel's readahead on the loop device of each volume
+	// slackerd mounts (an image root read lazily, a block clone): how far a
+	// container's ext4 reads ahead of what is asked, which a lazily read volume
+	// fetches (default 128KiB, the kernel's default for a new loop device;
+	// docs/design.md, "The guest's readahead").
+	VolumeReadahead string `toml:"volume_readahead"`
 	// FUSEHold is how long the node's FUSE connection, kept by a holder process,
 	// waits for a new slackerd after this one dies or hands over (default 1m);
 	// the containers' reads and writes wait meanwhile, and fail after it. "off": no
@@ -154,6 +160,7 @@ type Resolved struct {
 	MetricsAddress                  string        // "": no metrics
 	ImageRootLinger                 time.Duration // 0: off
 	FUSEHold                        time.Duration // 0: off (no holder)
+	VolumeReadahead                 int64         // bytes; 0: the node's default
 }
 
 // Resolve checks d and parses its values.
@@ -276,6 +283,11 @@ func (d Daemon) Resolve() (Resolved, error) {
 	default:
 		if r.ImageRootLinger, err = time.ParseDuration(d.ImageRootLinger); err != nil || r.ImageRootLinger <= 0 {
 			return r, fmt.Errorf("image_root_linger %q: want a positive duration such as 5m, or off", d.ImageRootLinger)
+		}
+	}
+	if d.VolumeReadahead != "" {
+		if r.VolumeReadahead, err = units.ParseBytes(d.VolumeReadahead); err != nil || r.VolumeReadahead < 4096 || r.VolumeReadahead%4096 != 0 || r.VolumeReadahead > 16<<20 {
+			return r, fmt.Errorf("volume_readahead %q: want a multiple of 4KiB between 4KiB and 16MiB, such as 128KiB", d.VolumeReadahead)
 		}
 	}
 	switch d.FUSEHold {

@@ -180,3 +180,20 @@ func TestFUSEHold(t *testing.T) {
 		}
 	}
 }
+
+func TestVolumeReadahead(t *testing.T) {
+	for value, want := range map[string]int64{"": 0, "16KiB": 16 << 10, "128KiB": 128 << 10, "4KiB": 4096, "0": -1, "1000": -1, "32MiB": -1, "lots": -1} {
+		d := Defaults()
+		d.Root, d.VolumeReadahead = t.TempDir(), value
+		r, err := d.Resolve()
+		if want < 0 {
+			if err == nil || !strings.Contains(err.Error(), "volume_readahead") {
+				t.Errorf("%q: err %v, want one naming volume_readahead", value, err)
+			}
+			continue
+		}
+		if err != nil || r.VolumeReadahead != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.VolumeReadahead, err, want)
+		}
+	}
+}

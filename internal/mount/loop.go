@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -32,6 +33,24 @@ type Loop struct {
 // Close releases the handle on the device. With Autoclear and no other user, this
 // detaches it.
 func (l *Loop) Close() error { return l.f.Close() }
+
+// SetReadahead sets the device's readahead (BLKRASET), rounded down to 512-byte
+// sectors: a filesystem mounted on it afterwards reads ahead up to that much.
+func (l *Loop) SetReadahead(bytes int64) error {
+	if err := unix.IoctlSetInt(int(l.f.Fd()), unix.BLKRASET, int(bytes/512)); err != nil {
+		return fmt.Errorf("set the readahead of %s to %d bytes: %w", l.Path, bytes, err)
+	}
+	return nil
+}
+
+// Readahead returns the device's readahead in bytes (BLKRAGET).
+func (l *Loop) Readahead() (int64, error) {
+	var sectors int64
+	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, l.f.Fd(), unix.BLKRAGET, uintptr(unsafe.Pointer(&sectors))); errno != 0 {
+		return 0, fmt.Errorf("readahead of %s: %w", l.Path, errno)
+	}
+	return sectors * 512, nil
+}
 
 // AttachLoop attaches a free loop device to file.
 func AttachLoop(file string, opts LoopOptions) (*Loop, error) {
