@@ -122,7 +122,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.LocalImageFormat, "local-image-format", "", "how local images are kept: tree (the image's files in a directory of the node's filesystem: the image root itself; default) or ext4 (one file, read through FUSE passthrough)")
 	f.StringVar(&flags.ImageRootLinger, "image-root-linger", "", "keep an image's read-only root mounted this long after its last container, its page cache kept for the next (default 5m; \"off\")")
 	f.StringVar(&flags.FUSEHold, "fuse-hold", "", "how long the node's FUSE connection waits for a new slackerd after this one dies or hands over (SIGUSR2), its containers' I/O waiting meanwhile (default 1m; \"off\": no holder, containers' I/O fails when slackerd dies)")
-	f.StringVar(&flags.VolumeReadahead, "volume-readahead", "", "the kernel's readahead on each mounted volume's loop device: how far a container's ext4 reads, and a lazy volume fetches, ahead of what is asked (default 128KiB)")
+	f.StringVar(&flags.VolumeReadahead, "volume-readahead", "", "the kernel's readahead on each mounted volume's loop device: how far a container's ext4 reads, and a lazy volume fetches, ahead of what is asked (default 1MiB)")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")

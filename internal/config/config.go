@@ -84,8 +84,7 @@ type Daemon struct {
 	// VolumeReadahead is the kernel's readahead on the loop device of each volume
 	// slackerd mounts (an image root read lazily, a block clone): how far a
 	// container's ext4 reads ahead of what is asked, which a lazily read volume
-	// fetches (default 128KiB, the kernel's default for a new loop device;
-	// docs/design.md, "The guest's readahead").
+	// fetches (default 1MiB; docs/design.md, "The guest's readahead").
 	VolumeReadahead string `toml:"volume_readahead"`
 	// FUSEHold is how long the node's FUSE connection, kept by a holder process,
 	// waits for a new slackerd after this one dies or hands over (default 1m);

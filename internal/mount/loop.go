@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -41,15 +40,6 @@ func (l *Loop) SetReadahead(bytes int64) error {
 		return fmt.Errorf("set the readahead of %s to %d bytes: %w", l.Path, bytes, err)
 	}
 	return nil
-}
-
-// Readahead returns the device's readahead in bytes (BLKRAGET).
-func (l *Loop) Readahead() (int64, error) {
-	var sectors int64
-	if _, _, errno := unix.Syscall(unix.SYS_IOCTL, l.f.Fd(), unix.BLKRAGET, uintptr(unsafe.Pointer(&sectors))); errno != 0 {
-		return 0, fmt.Errorf("readahead of %s: %w", l.Path, errno)
-	}
-	return sectors * 512, nil
 }
 
 // AttachLoop attaches a free loop device to file.
