@@ -179,6 +179,20 @@ func (h *helper) resume(t *testing.T) {
 	}
 }
 
+// writeBacking writes size bytes of a pattern to path, the file a helper serves,
+// and returns them.
+func writeBacking(t *testing.T, path string, size int) []byte {
+	t.Helper()
+	content := make([]byte, size)
+	for i := range content {
+		content[i] = byte(i*7 + i>>12)
+	}
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return content
+}
+
 // startFirstServer starts a helper that mounts mnt and serves backing, and
 // returns it with what a holder keeps: a descriptor of the connection and the
 // kernel's INIT. The connection is aborted and unmounted at the end of the test.
@@ -262,13 +276,7 @@ func TestResumeAfterKill(t *testing.T) {
 	mnt := filepath.Join(dir, "fuse")
 	backing := filepath.Join(dir, "backing")
 	const size = 16 << 20
-	content := make([]byte, size)
-	for i := range content {
-		content[i] = byte(i*7 + i>>12)
-	}
-	if err := os.WriteFile(backing, content, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	content := writeBacking(t, backing, size)
 	first, dev, init := startFirstServer(t, mnt, backing)
 	path := filepath.Join(mnt, "v")
 	deadline := time.Now().Add(10 * time.Second)
@@ -395,13 +403,7 @@ func TestResumeAcrossRepeatedKills(t *testing.T) {
 	mnt := filepath.Join(dir, "fuse")
 	backing := filepath.Join(dir, "backing")
 	const size = 64 << 20
-	content := make([]byte, size)
-	for i := range content {
-		content[i] = byte(i*7 + i>>12)
-	}
-	if err := os.WriteFile(backing, content, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	content := writeBacking(t, backing, size)
 	current, dev, init := startFirstServer(t, mnt, backing, "FUSEFS_CHURN=1")
 	path := filepath.Join(mnt, "v")
 	if f, err := os.Open(path); err != nil {
