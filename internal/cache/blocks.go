@@ -210,6 +210,62 @@ func (c *Cache) readBlocks(ch blockmap.Chunk, p []byte, off int64) (ok, fresh bo
 	return true, fresh
 }
 
+// warmStoreFile readies ch, a chunk of a local store read by the block, without
+// reading it: its block checksums taken from the store (as its first read would
+// take them) and the kernel asked to read its object file into the page cache,
+// in the background. Loading such a chunk whole, to hash it and hold a copy in
+// memory, would cost a fetch's CPU for bytes already on the node, on a start's
+// critical path. It reports false when it cannot (the store keeps no checksums
+// of ch, or its file is gone); the caller then loads ch whole. took says this
+// call took the checksums: the chunk's first use, which counts as a move from
+// the store (FromStoreFile) as readBlocks counts one.
+func (c *Cache) warmStoreFile(ch blockmap.Chunk) (ok, took bool) {
+	if !c.storeBacked() || c.storeSums == nil {
+		return false, false
+	}
+	key := ch.Digest.String()
+	c.mu.Lock()
+	_, known := c.sums[key]
+	c.mu.Unlock()
+	if !known {
+		bs, found := c.storeSums.ObjectSums(ch.Digest)
+		if !found || bs.Size != ch.Size {
+			return false, false
+		}
+		c.mu.Lock()
+		if _, taken := c.sums[key]; !taken { // else a reader took them meanwhile
+			c.setSumsLocked(key, bs.Size, bs.Seed, bs.Sums)
+			c.storeSumHits.Add(1)
+			took = true
+		}
+		c.mu.Unlock()
+	}
+	c.mu.Lock()
+	s, known := c.sums[key]
+	if known && s.object == "" {
+		s.object = c.objects.ObjectFile(ch.Digest)
+	}
+	path := ""
+	if known && s.size == ch.Size {
+		path = s.object
+	}
+	c.mu.Unlock()
+	if path == "" {
+		return false, false
+	}
+	of, err := c.files.open(path)
+	if err != nil {
+		return false, false // gone: a whole load finds out, and says so
+	}
+	unix.Fadvise(of.fd, 0, ch.Size, unix.FADV_WILLNEED)
+	c.files.release(of)
+	if took {
+		c.misses.Add(1)
+		c.inPlace.Add(ch.Size)
+	}
+	return true, took
+}
+
 // blocksDamaged handles a block of a chunk file that no longer matches its
 // checksum: the chunk's checksums go, and its disk-tier file with them (a local
 // store's object is the store's to repair); the caller loads the chunk whole.

@@ -672,3 +672,48 @@ func TestFirstBlockReadReadsChunkAhead(t *testing.T) {
 		t.Fatalf("%d pages in the page cache after a later read of one block; want no read ahead of the chunk", n)
 	}
 }
+
+// TestLoadReadiesLocalStoreChunks: loading ahead a chunk of a local store that
+// keeps block checksums reads nothing of it (a replay of a start-up trace there
+// used to read and hash every chunk whole, and keep a copy in memory, on the
+// start's critical path): the chunk counts as moved from the store once, is
+// cached from then on, and its reads are checked block reads, which still refuse
+// a flipped byte. A chunk without the store's checksums is loaded whole, as
+// before.
+func TestLoadReadiesLocalStoreChunks(t *testing.T) {
+	src := newStoreSource(t)
+	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 30, MemBytes: 64 << 20, NoDisk: true, StoreFiles: src.st}, src)
+	ch, want := src.add(t, 256<<10)
+	unsummed, _ := src.addAs(t, 256<<10, true)
+	got := map[digest.Digest]Origin{}
+	c.Load(context.Background(), []blockmap.Chunk{ch, unsummed}, func(x blockmap.Chunk, o Origin, err error) {
+		if err != nil {
+			t.Errorf("load %s: %v", x.Digest, err)
+		}
+		got[x.Digest] = o
+	})
+	if got[ch.Digest] != FromStoreFile || got[unsummed.Digest] != FromStore || src.n.Load() != 1 {
+		t.Fatalf("load: summed chunk from %v, unsummed from %v, %d fetches; want store-file, store and 1",
+			got[ch.Digest], got[unsummed.Digest], src.n.Load())
+	}
+	if st := c.Stats(); st.MemBytes != 0 || st.InPlaceBytes != ch.Size || st.Misses != 2 || !c.Cached(ch) {
+		t.Fatalf("after the load: %+v, cached %v; want nothing in memory, one chunk in place, two misses", st, c.Cached(ch))
+	}
+	c.Load(context.Background(), []blockmap.Chunk{ch}, func(x blockmap.Chunk, o Origin, err error) {
+		if o != FromMemory || err != nil { // Load's word for "held already"
+			t.Errorf("second load: %v, %v", o, err)
+		}
+	})
+	p := make([]byte, 8192)
+	if o, err := c.ReadChunk(context.Background(), ch, p, 4096); err != nil || o != FromFile || !bytes.Equal(p, want[4096:12288]) {
+		t.Fatalf("read after the load: from %v, err %v", o, err)
+	}
+	flipByte(t, src.st.ObjectFile(ch.Digest), 20000)
+	_, err := c.ReadChunk(context.Background(), ch, p, 16384)
+	if err == nil {
+		t.Fatal("a flipped byte in the store's file was served")
+	}
+	if st := c.Stats(); st.SumMismatches != 1 {
+		t.Fatalf("stats %+v: want the damaged block counted", st)
+	}
+}

@@ -271,8 +271,9 @@ const (
 	FromFile
 	// FromStoreFile: as FromFile, from a local store's object the cache had not
 	// read before, checked against the checksums the store keeps with it; the
-	// rest of the chunk is read ahead from the store's file (ReadChunk only).
-	// The chunk counts as moved from the store, as a fetch of it would.
+	// rest of the chunk is read ahead from the store's file. From Load: such a
+	// chunk readied, not read (warmStoreFile). The chunk counts as moved from
+	// the store, as a fetch of it would.
 	FromStoreFile
 )
 
@@ -483,7 +484,8 @@ type BatchSource interface {
 // calling fn once for each distinct chunk with where it came from (FromStore only
 // for the chunks this call fetched: a chunk another load was already bringing is
 // Joined) or why it could not be had. Chunks the cache holds already are reported
-// at once. Through a BatchSource the missing chunks go in one batch; otherwise
+// at once; so are those of a local store read by the block, which are not read
+// but readied (FromStoreFile, see warmStoreFile). Through a BatchSource the missing chunks go in one batch; otherwise
 // each is fetched on its own, in parallel. Every missing chunk is registered as
 // loading before anything is fetched, so a reader that misses on one of them
 // from then on waits for this load instead of fetching the chunk again. fn is
@@ -504,6 +506,14 @@ func (c *Cache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(ch blockm
 		seen[ch.Digest] = true
 		if c.Cached(ch) {
 			report(ch, FromMemory, nil)
+			continue
+		}
+		if ok, took := c.warmStoreFile(ch); ok {
+			o := Joined // a reader took it first
+			if took {
+				o = FromStoreFile
+			}
+			report(ch, o, nil)
 			continue
 		}
 		todo = append(todo, ch)
