@@ -15,9 +15,10 @@
 //   - start-up traces (package trace): a container root records the chunks it reads
 //     in its first StartupWindow, in first-read order, and writes them to the store
 //     as its image's trace if the store has none; a container root whose image has a
-//     trace replays it, its chunks loaded ahead in trace order, a group at a time,
-//     within ReplayBudget, and readahead pauses meanwhile (the trace already knows
-//     what start-up reads).
+//     trace replays it, its chunks loaded ahead in trace order, at most
+//     ReplayParallel loads in flight (so that what start-up reads first arrives
+//     first), within ReplayBudget, and readahead pauses meanwhile (the trace
+//     already knows what start-up reads).
 //
 // Background loads run on the Engine, one per node, which bounds how many run at
 // once (a load that finds every slot busy is not queued: the caller asks again at

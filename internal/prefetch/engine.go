@@ -38,6 +38,14 @@ const DefaultStartupWindow = 30 * time.Second
 // is 6 MB; docs/BENCHMARKS.md) and is a quarter of the default memory tier.
 const DefaultMaxReadahead = 16 << 20
 
+// DefaultReplayParallel bounds the loads one start-up trace replay has in flight:
+// 4 MiB of 256 KiB chunks, which keeps a 1 Gbit/s link with a few ms of round trip
+// busy, while the trace's first chunks arrive first (with every chunk requested
+// at once, all arrive together at the end) and the container's own reads of
+// chunks the trace did not foresee find free slots (docs/design.md, "Replaying a
+// trace: a window, in order").
+const DefaultReplayParallel = 16
+
 // Options configure an Engine. Zero values take the defaults given.
 type Options struct {
 	// Slots bounds the background loads at once (64): enough to keep a sequential
@@ -52,6 +60,9 @@ type Options struct {
 	// StartupWindow is how long a container root's reads are recorded as its
 	// image's start-up trace (DefaultStartupWindow); negative: no traces.
 	StartupWindow time.Duration
+	// ReplayParallel bounds the loads one trace replay has in flight
+	// (DefaultReplayParallel).
+	ReplayParallel int
 	// ReplayBudget bounds the bytes one trace replay loads ahead (64 MiB), so
 	// that a replay cannot evict what it loaded before the container reads it.
 	ReplayBudget int64
@@ -90,6 +101,7 @@ func New(c Cache, opts Options) *Engine {
 	opts.MaxReadahead = cmp.Or(max(opts.MaxReadahead, 0), DefaultMaxReadahead)
 	opts.StartupWindow = cmp.Or(opts.StartupWindow, DefaultStartupWindow)
 	opts.ReplayBudget = cmp.Or(max(opts.ReplayBudget, 0), 64<<20)
+	opts.ReplayParallel = cmp.Or(max(opts.ReplayParallel, 0), DefaultReplayParallel)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -158,14 +170,7 @@ func (e *Engine) goBackground(wg *sync.WaitGroup, fn func()) bool {
 // every slot busy it stops. It returns how many of the leading chunks of cs are
 // cached or on their way.
 func (e *Engine) load(r *Reader, cs []blockmap.Chunk, kind *atomic.Int64) int {
-	account := func(c blockmap.Chunk, o cache.Origin, err error) {
-		if err != nil || o != cache.FromStore {
-			return
-		}
-		kind.Add(1)
-		e.fetched.Add(c.Size)
-		r.fetched.Add(c.Size)
-	}
+	account := e.accountFor(r, kind)
 	if len(cs) > 1 && e.cache.BatchLoads() {
 		// One batch, one slot: a store that packs chunks serves them with few requests.
 		var todo []blockmap.Chunk
@@ -193,6 +198,43 @@ func (e *Engine) load(r *Reader, cs []blockmap.Chunk, kind *atomic.Int64) int {
 		}
 	}
 	return len(cs)
+}
+
+// loadNow loads cs on behalf of r in the calling goroutine, counting each chunk
+// fetched in kind, once a slot is free; false if the engine closed first.
+func (e *Engine) loadNow(r *Reader, cs []blockmap.Chunk, kind *atomic.Int64) bool {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return false
+	}
+	e.loads.Add(1)
+	e.mu.Unlock()
+	defer e.loads.Done()
+	e.slots <- struct{}{}
+	defer func() { <-e.slots }()
+	var todo []blockmap.Chunk
+	for _, c := range cs {
+		if !e.cache.Cached(c) {
+			todo = append(todo, c)
+		}
+	}
+	if len(todo) > 0 {
+		e.cache.Load(context.Background(), todo, e.accountFor(r, kind))
+	}
+	return true
+}
+
+// accountFor returns a Cache.Load callback that counts what a load for r fetched.
+func (e *Engine) accountFor(r *Reader, kind *atomic.Int64) func(blockmap.Chunk, cache.Origin, error) {
+	return func(c blockmap.Chunk, o cache.Origin, err error) {
+		if err != nil || o.Hit() {
+			return
+		}
+		kind.Add(1)
+		e.fetched.Add(c.Size)
+		r.fetched.Add(c.Size)
+	}
 }
 
 // start runs fn in a free slot, or reports that none is free.

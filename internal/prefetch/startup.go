@@ -17,10 +17,9 @@ import (
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
-// replayGroup is how many chunks of a trace go in one load: groups keep the order
-// of the trace (what start-up reads first arrives first) while several are in
-// flight at once, and a store with batch reads serves each group with few
-// requests.
+// replayGroup is how many chunks of a trace go in one load where the store reads
+// several per request (Cache.BatchLoads): a store that packs chunks serves each
+// group with few requests.
 const replayGroup = 8
 
 // recorder notes the base chunks a Reader reads in its start-up window, in the
@@ -167,8 +166,13 @@ func (s *startup) get(ctx context.Context, snapshot digest.Digest) (*trace.Trace
 	return trace.Decode(b)
 }
 
-// replay loads the trace's chunks into the cache in its order, a group at a time,
-// as fast as the engine's slots allow, within the replay budget.
+// replay loads the trace's chunks into the cache in its order, at most
+// ReplayParallel loads in flight (each a group where the store reads several
+// chunks per request), within the replay budget. A narrow window keeps the
+// trace's order in what arrives: the chunks start-up reads first come first,
+// where as many loads as the store allows would share the link and arrive
+// together; and it leaves the rest of the node's slots to the container's own
+// reads of chunks the trace did not foresee.
 func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 	r, e := s.r, s.r.e
 	r.ra.pause(max(0, e.opts.StartupWindow-time.Since(start)))
@@ -182,23 +186,36 @@ func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 		}
 		total += c.Size
 	}
-	deadline := time.Now().Add(e.opts.StartupWindow)
-	for i := 0; i < len(cs); {
-		s.mu.Lock()
-		gone := s.gone
-		s.mu.Unlock()
-		if gone || time.Now().After(deadline) {
-			return
-		}
-		g := cs[i:min(i+replayGroup, len(cs))]
-		took := e.load(r, g, &e.replayed)
-		i += took
-		if took < len(g) {
-			time.Sleep(time.Millisecond) // every slot is busy
-		}
+	group := 1
+	if e.cache.BatchLoads() {
+		group = replayGroup
 	}
+	deadline := time.Now().Add(e.opts.StartupWindow)
+	stop := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.gone || time.Now().After(deadline)
+	}
+	var next atomic.Int64 // the next group to load
+	var wg sync.WaitGroup
+	for range min(e.opts.ReplayParallel, (len(cs)+group-1)/group) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for !stop() {
+				i := int(next.Add(1)-1) * group
+				if i >= len(cs) {
+					return
+				}
+				if !e.loadNow(r, cs[i:min(i+group, len(cs))], &e.replayed) {
+					return // the engine is closing
+				}
+			}
+		}()
+	}
+	wg.Wait()
 	log.Info("startup-trace-replayed", "chunks", len(cs), "bytes", total, "of_chunks", len(t.Chunks),
-		"lookup_and_issue", time.Since(start))
+		"took", time.Since(start))
 }
 
 // write stores the recorded trace, once, if the store had none.

@@ -289,3 +289,73 @@ func TestEndStartupWritesTheTraceAndKeepsReading(t *testing.T) {
 		t.Fatalf("engine stats %+v: want one trace recorded", es)
 	}
 }
+
+// slowCache is a fakeCache whose loads take a while, counting how many run at once
+// and the order in which they start.
+type slowCache struct {
+	*fakeCache
+	inflight, most int
+	started        []digest.Digest
+}
+
+func (s *slowCache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(blockmap.Chunk, cache.Origin, error)) {
+	s.mu.Lock()
+	s.inflight++
+	s.most = max(s.most, s.inflight)
+	for _, c := range cs {
+		s.started = append(s.started, c.Digest)
+	}
+	s.mu.Unlock()
+	time.Sleep(2 * time.Millisecond)
+	s.fakeCache.Load(ctx, cs, fn)
+	s.mu.Lock()
+	s.inflight--
+	s.mu.Unlock()
+}
+
+// A replay keeps at most ReplayParallel loads in flight, started in the trace's
+// order (each at most ReplayParallel places from its own), so that the chunks a
+// start reads first arrive first; all of the trace is loaded.
+func TestReplayKeepsAWindowInOrder(t *testing.T) {
+	ctx := context.Background()
+	st := traceStore(t)
+	const chunk, n, window = 64 << 10, 40, 4
+	m := chunkedMap(n, chunk)
+	snapshot := digest.FromString("image")
+	order := make([]blockmap.Chunk, n) // a start's order: not the volume's
+	for i := range n {
+		order[i] = m.Chunks[(i*7)%n]
+	}
+	b, err := trace.Encode(trace.New(snapshot, time.Minute, order))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.PutRef(ctx, trace.RefName(snapshot), b); err != nil {
+		t.Fatal(err)
+	}
+	sc := &slowCache{fakeCache: newFakeCache()}
+	e := New(sc, Options{Traces: st, ReplayParallel: window})
+	defer e.Close(ctx)
+	r := e.Open("root", m)
+	defer r.Close()
+	r.BeginStartup(snapshot, nil)
+	for deadline := time.Now().Add(10 * time.Second); e.Stats().ReplayedChunks < n; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("replayed %+v, want %d chunks", e.Stats(), n)
+		}
+	}
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	if sc.most > window || sc.most < 2 {
+		t.Fatalf("%d loads in flight at most; want between 2 and %d", sc.most, window)
+	}
+	pos := map[digest.Digest]int{}
+	for i, c := range order {
+		pos[c.Digest] = i
+	}
+	for i, d := range sc.started {
+		if p := pos[d]; p-i >= window || i-p >= window {
+			t.Fatalf("the trace's chunk %d started %dth; want within %d places", p, i, window)
+		}
+	}
+}
