@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"path"
 	"strings"
 	"time"
 
@@ -14,9 +15,9 @@ import (
 	"github.com/slacker-dev/slacker/internal/runs"
 )
 
-// Version is the version Encode writes. Decode reads it and version 1, the same
-// record without runs.
-const Version = 2
+// Version is the version Encode writes. Decode reads it, version 2 (the same
+// record without files) and version 1 (nor runs).
+const Version = 3
 
 // MaxRuns bounds the block runs of a trace (about 1.5 MB encoded at most).
 const MaxRuns = 1 << 16
@@ -30,6 +31,12 @@ const MaxChunks = 16384
 
 // MaxChunkSize bounds one chunk's size in a trace.
 const MaxChunkSize = 64 << 20
+
+// MaxFiles bounds the files of a trace, and MaxPath the length of one's path.
+const (
+	MaxFiles = 16384
+	MaxPath  = 4096
+)
 
 // ErrMalformed is returned by Decode for malformed input (errdefs.ErrInvalid). A
 // caller tells it from the store's errors: a malformed trace is recorded anew.
@@ -49,6 +56,21 @@ type Trace struct {
 	// window, as [start, end) runs in increasing order, neither overlapping nor
 	// touching (version 2): what a start-up layout gathers (node.LayoutStartup).
 	Runs [][2]int64 `json:"runs,omitempty"`
+	// Files are the files of the snapshot's filesystem that start-up opened, in
+	// the order it first opened them, each with the byte ranges of it that the
+	// runs cover (version 3; recorded where the node mounted the filesystem
+	// itself: a shared image root). A node warms its mount of the filesystem
+	// from them (package filetrace).
+	Files []File `json:"files,omitempty"`
+}
+
+// File is one file start-up opened: its path from the filesystem's root
+// (absolute, clean) and the byte ranges of it start-up read, as [start, end)
+// in increasing order, neither overlapping nor touching (none: opened, or read
+// where the runs did not record).
+type File struct {
+	Path   string     `json:"path"`
+	Ranges [][2]int64 `json:"ranges,omitempty"`
 }
 
 // SetRuns records rs (sorted, disjoint runs of blocks, as runs.Set gives them) as
@@ -159,11 +181,17 @@ func Decode(b []byte) (*Trace, error) {
 }
 
 func (t *Trace) check() error {
-	if t.Version != Version && t.Version != 1 {
-		return fmt.Errorf("%w: version %d (this program reads 1 and %d)", ErrMalformed, t.Version, Version)
+	if t.Version < 1 || t.Version > Version {
+		return fmt.Errorf("%w: version %d (this program reads 1 to %d)", ErrMalformed, t.Version, Version)
 	}
 	if t.Version == 1 && t.Runs != nil {
 		return fmt.Errorf("%w: runs in a version 1 trace", ErrMalformed)
+	}
+	if t.Version < 3 && t.Files != nil {
+		return fmt.Errorf("%w: files in a version %d trace", ErrMalformed, t.Version)
+	}
+	if err := checkFiles(t.Files); err != nil {
+		return err
 	}
 	if len(t.Runs) > MaxRuns {
 		return fmt.Errorf("%w: %d runs, at most %d", ErrMalformed, len(t.Runs), MaxRuns)
@@ -196,6 +224,38 @@ func (t *Trace) check() error {
 			return fmt.Errorf("%w: chunk %d (%s) listed twice", ErrMalformed, i, c.Digest)
 		}
 		seen[c.Digest] = true
+	}
+	return nil
+}
+
+// checkFiles checks a trace's files: bounded, each path absolute and clean (no
+// "..": a reader opens it under its mount's root), each file listed once, its
+// ranges in order.
+func checkFiles(fs []File) error {
+	if len(fs) > MaxFiles {
+		return fmt.Errorf("%w: %d files, at most %d", ErrMalformed, len(fs), MaxFiles)
+	}
+	seen := make(map[string]bool, len(fs))
+	ranges := 0
+	for i, f := range fs {
+		if len(f.Path) > MaxPath || !strings.HasPrefix(f.Path, "/") || path.Clean(f.Path) != f.Path ||
+			f.Path == "/" || strings.ContainsRune(f.Path, 0) {
+			return fmt.Errorf("%w: file %d: path %.100q", ErrMalformed, i, f.Path)
+		}
+		if seen[f.Path] {
+			return fmt.Errorf("%w: file %d (%.100q) listed twice", ErrMalformed, i, f.Path)
+		}
+		seen[f.Path] = true
+		if ranges += len(f.Ranges); ranges > MaxRuns {
+			return fmt.Errorf("%w: more than %d file ranges", ErrMalformed, MaxRuns)
+		}
+		var prev int64 = -1
+		for j, r := range f.Ranges {
+			if r[0] <= prev || r[1] <= r[0] || r[1] > blockmap.MaxSize {
+				return fmt.Errorf("%w: file %d: range %d [%d, %d) out of order or range", ErrMalformed, i, j, r[0], r[1])
+			}
+			prev = r[1]
+		}
 	}
 	return nil
 }

@@ -64,6 +64,27 @@ func TestRunsRoundTrip(t *testing.T) {
 	}
 }
 
+func TestFilesRoundTrip(t *testing.T) {
+	tr := New(snap, time.Second, []blockmap.Chunk{chunk("a", 4096)})
+	tr.Files = []File{{Path: "/usr/lib/libc.so.6", Ranges: [][2]int64{{0, 8192}, {65536, 70000}}}, {Path: "/etc/hosts"}}
+	b, err := Encode(tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Version != 3 || len(got.Files) != 2 || got.Files[0].Path != "/usr/lib/libc.so.6" || got.Files[0].Ranges[1] != [2]int64{65536, 70000} ||
+		got.Files[1].Ranges != nil {
+		t.Fatalf("decoded %+v", got)
+	}
+	// Version 2 traces (no files) still read.
+	if _, err := Decode([]byte(`{"version":2,"snapshot":"` + snap.String() + `","chunks":[],"runs":[[0,1]]}`)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func TestNewBoundsChunks(t *testing.T) {
 	cs := make([]blockmap.Chunk, MaxChunks+5)
 	for i := range cs {
@@ -93,7 +114,17 @@ func TestDecodeRejects(t *testing.T) {
 	s := snap.String()
 	for name, in := range map[string]string{
 		"not json":        `{`,
-		"future version":  `{"version":3,"snapshot":"` + s + `","chunks":[]}`,
+		"future version":  `{"version":4,"snapshot":"` + s + `","chunks":[]}`,
+		"files in v2":     `{"version":2,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a"}]}`,
+		"relative path":   `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"a"}]}`,
+		"dotdot path":     `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a/../../etc"}]}`,
+		"root path":       `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/"}]}`,
+		"unclean path":    `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a//b"}]}`,
+		"nul in path":     `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a\u0000b"}]}`,
+		"file twice":      `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a"},{"path":"/a"}]}`,
+		"ranges unsorted": `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a","ranges":[[5,6],[1,2]]}]}`,
+		"empty range":     `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a","ranges":[[5,5]]}]}`,
+		"negative range":  `{"version":3,"snapshot":"` + s + `","chunks":[],"files":[{"path":"/a","ranges":[[-4,5]]}]}`,
 		"runs in v1":      `{"version":1,"snapshot":"` + s + `","chunks":[],"runs":[[0,1]]}`,
 		"empty run":       `{"version":2,"snapshot":"` + s + `","chunks":[],"runs":[[5,5]]}`,
 		"runs unsorted":   `{"version":2,"snapshot":"` + s + `","chunks":[],"runs":[[5,6],[1,2]]}`,
@@ -121,6 +152,7 @@ func FuzzDecode(f *testing.F) {
 	f.Add([]byte(`{"version":1,"snapshot":"` + snap.String() + `","chunks":[]}`))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`{"version":2,"snapshot":"` + snap.String() + `","chunks":[],"runs":[[0,3],[7,9]]}`))
+	f.Add([]byte(`{"version":3,"snapshot":"` + snap.String() + `","chunks":[],"files":[{"path":"/usr/bin/x","ranges":[[0,4096]]},{"path":"/etc/y"}]}`))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		tr, err := Decode(b)
 		if err != nil {
@@ -132,7 +164,8 @@ func FuzzDecode(f *testing.F) {
 			t.Fatalf("decoded trace does not encode: %v", err)
 		}
 		tr2, err := Decode(again)
-		if err != nil || len(tr2.Chunks) != len(tr.Chunks) || tr2.Snapshot != tr.Snapshot || len(tr2.Runs) != len(tr.Runs) {
+		if err != nil || len(tr2.Chunks) != len(tr.Chunks) || tr2.Snapshot != tr.Snapshot || len(tr2.Runs) != len(tr.Runs) ||
+			len(tr2.Files) != len(tr.Files) {
 			t.Fatalf("round trip: %v", err)
 		}
 	})
