@@ -162,6 +162,7 @@ func (n *Node) LayoutStartup(ctx context.Context, snapshot digest.Digest) (*Layo
 	// moved: a replay would fetch them for nothing).
 	nt := trace.New(id, t.Window, append(append([]blockmap.Chunk(nil), chunks...), keptChunks(nm, ranges, t)...))
 	nt.Runs = t.Runs
+	nt.Files = t.Files // the filesystem is the same: its files are where they were
 	tb, err := trace.Encode(nt)
 	if err == nil {
 		err = refs.PutRef(ctx, trace.RefName(id), tb)

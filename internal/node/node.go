@@ -601,7 +601,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	}
 	n.vols[id] = x
 	if opts.Startup {
-		r.BeginStartup(opts.Snapshot, opts.StartupFallback)
+		r.BeginStartup(opts.Snapshot, opts.StartupFallback, nil)
 	}
 	n.lease.poke()
 	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size, "startup", opts.Startup)

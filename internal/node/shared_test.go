@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
@@ -1003,10 +1004,17 @@ func TestLingeringRootWritesItsTrace(t *testing.T) {
 	if tr.Bytes() < int64(len(big)) {
 		t.Fatalf("trace of %d bytes; want at least the big file's %d", tr.Bytes(), len(big))
 	}
+	// And the file it read, whole, opened through the container's overlay.
+	if len(tr.Files) != 1 || tr.Files[0].Path != "/big" || len(tr.Files[0].Ranges) == 0 ||
+		tr.Files[0].Ranges[0][0] != 0 || tr.Files[0].Ranges[len(tr.Files[0].Ranges)-1][1] < int64(len(big)) {
+		t.Fatalf("the trace's files %+v; want /big, all of it", tr.Files)
+	}
 	if err := n.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
 
+	// The next node's image root, before its container reads anything, has the
+	// file in its page cache: warmed from the trace.
 	n2 := open("node2")
 	if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img, Mode: RootShared, Startup: true}); err != nil {
 		t.Fatal(err)
@@ -1016,4 +1024,45 @@ func TestLingeringRootWritesItsTrace(t *testing.T) {
 			t.Fatalf("the next node's container replayed no trace: %+v", n2.Stats().Prefetch)
 		}
 	}
+	root, err := n2.Volume(imageRootID(img))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pages := (len(big) + 4095) / 4096
+	for deadline := time.Now().Add(10 * time.Second); residentPages(t, filepath.Join(root.Mountpoint, "big")) < pages; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of the big file's %d pages in the image root's page cache; want all, warmed from the trace",
+				residentPages(t, filepath.Join(root.Mountpoint, "big")), pages)
+		}
+	}
+}
+
+// residentPages returns how many pages of the file at path are in the page cache
+// (mincore of a mapping, which reads nothing).
+func residentPages(t *testing.T, path string) int {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || fi.Size() == 0 {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Munmap(m)
+	vec := make([]byte, (fi.Size()+4095)/4096)
+	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
+		uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
+		t.Fatal(errno)
+	}
+	n := 0
+	for _, v := range vec {
+		n += int(v & 1)
+	}
+	return n
 }

@@ -68,12 +68,29 @@ func (rec *recorder) recorded() ([]blockmap.Chunk, []runs.Run) {
 	return slices.Clone(rec.chunks), rec.blocks.Runs()
 }
 
+// StartupFiles is the file side of a start-up trace, for a volume whose
+// filesystem its caller mounted (node: a shared image root; package filetrace
+// does the work). Its methods are called from background goroutines, each at most
+// once per start.
+type StartupFiles interface {
+	// Record is called when the start records a trace: note the files it opens.
+	Record()
+	// Files ends the recording and returns the files the start opened, each with
+	// the ranges of it that blocks (what the start read of the volume, in
+	// BlockSize blocks) hold; called when the trace is written.
+	Files(blocks []runs.Run) []trace.File
+	// Replay is called with the files of the trace the start replays, as its
+	// chunks begin to load.
+	Replay(files []trace.File)
+}
+
 // startup is a container root's start-up trace: replayed if the store has one for
 // its snapshot, recorded (once) if it has none.
 type startup struct {
 	r        *Reader
 	snapshot digest.Digest
 	fallback []digest.Digest
+	files    StartupFiles // nil: chunks only
 	log      *slog.Logger
 
 	mu      sync.Mutex
@@ -87,14 +104,15 @@ type startup struct {
 // snapshot: its reads are recorded from now on for the engine's start-up window,
 // and the store's trace of snapshot (or, while it has none, of the first of
 // fallback that has one: the image's earlier layers, newest first) is looked up
-// and replayed in the background. It does nothing when the engine keeps no traces.
-// Call it at most once, before the volume is read.
-func (r *Reader) BeginStartup(snapshot digest.Digest, fallback []digest.Digest) {
+// and replayed in the background. files, if not nil, records and replays the
+// trace's files. It does nothing when the engine keeps no traces. Call it at most
+// once, before the volume is read.
+func (r *Reader) BeginStartup(snapshot digest.Digest, fallback []digest.Digest, files StartupFiles) {
 	e := r.e
 	if e.opts.Traces == nil || e.opts.StartupWindow < 0 || snapshot == "" {
 		return
 	}
-	s := &startup{r: r, snapshot: snapshot, fallback: fallback,
+	s := &startup{r: r, snapshot: snapshot, fallback: fallback, files: files,
 		log: e.log.With("volume", r.volume, "snapshot", snapshot)}
 	e.mu.Lock()
 	r.startup = s
@@ -141,6 +159,9 @@ func (s *startup) lookup() {
 		return
 	}
 	s.log.Debug("startup-trace-recording", "window", e.opts.StartupWindow)
+	if s.files != nil {
+		s.files.Record()
+	}
 	if old != nil {
 		s.replay(s.log, old, start)
 		return
@@ -177,6 +198,9 @@ func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 	r, e := s.r, s.r.e
 	r.ra.pause(max(0, e.opts.StartupWindow-time.Since(start)))
 	e.tracesReplayed.Add(1)
+	if s.files != nil && len(t.Files) > 0 {
+		e.goBackground(&e.bg, func() { s.files.Replay(t.Files) })
+	}
 	cs := t.BlockmapChunks()
 	var total int64
 	for i, c := range cs {
@@ -239,6 +263,9 @@ func (s *startup) put(chunks []blockmap.Chunk, blocks []runs.Run) {
 	e := s.r.e
 	t := trace.New(s.snapshot, e.opts.StartupWindow, chunks)
 	t.SetRuns(blocks)
+	if s.files != nil {
+		t.Files = s.files.Files(blocks)
+	}
 	b, err := trace.Encode(t)
 	if err == nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -250,7 +277,7 @@ func (s *startup) put(chunks []blockmap.Chunk, blocks []runs.Run) {
 		return
 	}
 	e.tracesRecorded.Add(1)
-	e.log.Info("startup-trace-recorded", "snapshot", s.snapshot, "chunks", len(t.Chunks), "bytes", t.Bytes())
+	e.log.Info("startup-trace-recorded", "snapshot", s.snapshot, "chunks", len(t.Chunks), "bytes", t.Bytes(), "files", len(t.Files))
 }
 
 // end is called when the volume is deleted: the trace is written now if its

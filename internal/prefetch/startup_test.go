@@ -95,7 +95,7 @@ func TestStartupRecordThenReplay(t *testing.T) {
 	}
 	plain.Close()
 	r1 := e1.Open("first", m)
-	r1.BeginStartup(snapshot, nil)
+	r1.BeginStartup(snapshot, nil, nil)
 	for _, i := range read {
 		if err := r1.ReadAt(ctx, make([]byte, 100), int64(i)*chunk+10); err != nil {
 			t.Fatal(err)
@@ -141,7 +141,7 @@ func TestStartupRecordThenReplay(t *testing.T) {
 	defer e2.Close(ctx)
 	r2 := e2.Open("second", m)
 	defer r2.Close()
-	r2.BeginStartup(snapshot, nil)
+	r2.BeginStartup(snapshot, nil, nil)
 	for deadline := time.Now().Add(5 * time.Second); e2.Stats().ReplayedChunks < 5; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("replayed %+v, want 5 chunks", e2.Stats())
@@ -180,7 +180,7 @@ func TestCloseWritesOpenRecording(t *testing.T) {
 	snapshot := digest.FromString("image")
 	e := New(newFakeCache(), Options{Traces: st, StartupWindow: time.Hour})
 	r := e.Open("root", m)
-	r.BeginStartup(snapshot, nil)
+	r.BeginStartup(snapshot, nil, nil)
 	waitRecording(t, r)
 	if err := r.ReadAt(ctx, make([]byte, 100), 3*chunk); err != nil {
 		t.Fatal(err)
@@ -216,7 +216,7 @@ func TestStartupUpgradesOldTrace(t *testing.T) {
 	}
 	e := New(newFakeCache(), Options{Traces: st})
 	r := e.Open("root", m)
-	r.BeginStartup(snapshot, nil)
+	r.BeginStartup(snapshot, nil, nil)
 	for deadline := time.Now().Add(5 * time.Second); e.Stats().ReplayedChunks < 1; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the old trace was not replayed: %+v", e.Stats())
@@ -253,7 +253,7 @@ func TestEndStartupWritesTheTraceAndKeepsReading(t *testing.T) {
 	defer e.Close(ctx)
 	r := e.Open("image-root", m)
 	defer r.Close()
-	r.BeginStartup(snapshot, nil)
+	r.BeginStartup(snapshot, nil, nil)
 	for _, i := range []int{5, 2} {
 		if err := r.ReadAt(ctx, make([]byte, 100), int64(i)*chunk); err != nil {
 			t.Fatal(err)
@@ -338,7 +338,7 @@ func TestReplayKeepsAWindowInOrder(t *testing.T) {
 	defer e.Close(ctx)
 	r := e.Open("root", m)
 	defer r.Close()
-	r.BeginStartup(snapshot, nil)
+	r.BeginStartup(snapshot, nil, nil)
 	for deadline := time.Now().Add(10 * time.Second); e.Stats().ReplayedChunks < n; time.Sleep(5 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("replayed %+v, want %d chunks", e.Stats(), n)

@@ -1,0 +1,132 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+	"github.com/slacker-dev/slacker/internal/filetrace"
+	"github.com/slacker-dev/slacker/internal/runs"
+	"github.com/slacker-dev/slacker/internal/trace"
+)
+
+// rootFiles is the file side of an image root's start-up trace
+// (prefetch.StartupFiles, package filetrace): it records the files a start opens
+// on the root's mount, and warms the mount's page cache from the files of the
+// trace a start replays. It lives from the root's volume being made until the
+// root is unmounted (close).
+type rootFiles struct {
+	log     *slog.Logger
+	ctx     context.Context // ends at close: a warm-up stops
+	cancel  context.CancelFunc
+	mounted chan struct{} // closed once the root is mounted, or will not be
+
+	mu     sync.Mutex
+	mnt    string // the root's mountpoint, once mounted
+	record bool   // Record was called
+	rec    *filetrace.Recorder
+	closed bool
+}
+
+func newRootFiles(log *slog.Logger) *rootFiles {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &rootFiles{log: log, ctx: ctx, cancel: cancel, mounted: make(chan struct{})}
+}
+
+// mountedAt tells f that the root is mounted at mnt: a recording asked for
+// starts now.
+func (f *rootFiles) mountedAt(mnt string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed {
+		return
+	}
+	f.mnt = mnt
+	close(f.mounted)
+	if f.record {
+		f.startLocked()
+	}
+}
+
+// close ends f's work: the recording (what it has stays, for Files) and any
+// warm-up. Call it before the root is unmounted.
+func (f *rootFiles) close() {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		return
+	}
+	f.closed = true
+	if f.mnt == "" {
+		close(f.mounted)
+	}
+	rec := f.rec
+	f.mu.Unlock()
+	f.cancel()
+	if rec != nil {
+		rec.Stop()
+	}
+}
+
+func (f *rootFiles) startLocked() {
+	rec, err := filetrace.Record(f.mnt)
+	if err != nil {
+		f.log.Warn("startup-files-not-recorded", "err", err)
+		return
+	}
+	f.rec = rec
+}
+
+// Record starts recording the files the start opens (once the root is mounted).
+func (f *rootFiles) Record() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.closed || f.record {
+		return
+	}
+	f.record = true
+	if f.mnt != "" {
+		f.startLocked()
+	}
+}
+
+// Files ends the recording and returns the files the start opened, with the
+// ranges of them the start read.
+func (f *rootFiles) Files(blocks []runs.Run) []trace.File {
+	f.mu.Lock()
+	rec := f.rec
+	f.mu.Unlock()
+	if rec == nil {
+		return nil
+	}
+	if err := rec.Stop(); err != nil {
+		f.log.Warn("startup-files-recording-ended", "err", err)
+	}
+	return rec.Files(blocks, blockmap.BlockSize)
+}
+
+// Replay warms the root's page cache from files, once the root is mounted, until
+// the root goes.
+func (f *rootFiles) Replay(files []trace.File) {
+	select {
+	case <-f.mounted:
+	case <-f.ctx.Done():
+		return
+	}
+	f.mu.Lock()
+	mnt := f.mnt
+	f.mu.Unlock()
+	if mnt == "" {
+		return
+	}
+	start := time.Now()
+	st, err := filetrace.Warm(f.ctx, mnt, files, 0)
+	if err != nil && f.ctx.Err() == nil {
+		f.log.Warn("startup-files-warm-failed", "err", err)
+		return
+	}
+	f.log.Info("startup-files-warmed", "files", st.Files, "bytes", st.Bytes, "skipped", st.Skipped, "of_files", len(files),
+		"took", time.Since(start))
+}
