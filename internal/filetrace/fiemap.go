@@ -37,7 +37,7 @@ func Extents(fd int, max int) ([]Extent, error) {
 	var start uint64
 	for len(out) < max {
 		clear(buf)
-		binary.NativeEndian.PutUint64(buf[0:], start)          // fm_start
+		binary.NativeEndian.PutUint64(buf[0:], start)            // fm_start
 		binary.NativeEndian.PutUint64(buf[8:], ^uint64(0)-start) // fm_length: to the end
 		binary.NativeEndian.PutUint32(buf[24:], fiemapExtentsRead)
 		if _, _, errno := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), fsIocFiemap, uintptr(unsafe.Pointer(&buf[0]))); errno != 0 {
