@@ -8,18 +8,22 @@ import (
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
-// maxExtents bounds the extents kept of one file: a start reads the first of a
-// big file's extents, and a fragmented one is rare in an image built at once.
-const maxExtents = 1024
+// maxExtents bounds the extents kept of one file (a start reads the first of a
+// big file's extents, and a fragmented one is rare in an image built at once),
+// and maxAllExtents those of all files (6 MiB of them).
+const (
+	maxExtents    = 1024
+	maxAllExtents = 1 << 18
+)
 
 // Recorder notes the files a start opens on a filesystem and where their bytes
 // lie, to make a trace's files from the blocks the start read.
 type Recorder struct {
 	w *Watcher
 
-	mu    sync.Mutex
-	files []recorded
-	full  bool // MaxFiles recorded: later files are not
+	mu      sync.Mutex
+	files   []recorded
+	extents int // kept, of all files
 }
 
 type recorded struct {
@@ -42,16 +46,21 @@ func Record(root string) (*Recorder, error) {
 func (r *Recorder) note(path string, fd int) {
 	r.mu.Lock()
 	full := len(r.files) >= trace.MaxFiles || len(path) > trace.MaxPath
+	room := maxAllExtents - r.extents
 	r.mu.Unlock()
 	if full {
 		return
 	}
-	exts, err := Extents(fd, maxExtents)
-	if err != nil {
-		exts = nil // opened, its bytes unknown: the trace lists it without ranges
+	var exts []Extent
+	if room > 0 {
+		var err error
+		if exts, err = Extents(fd, min(maxExtents, room)); err != nil {
+			exts = nil // opened, its bytes unknown: the trace lists it without ranges
+		}
 	}
 	r.mu.Lock()
 	r.files = append(r.files, recorded{path: path, extents: exts})
+	r.extents += len(exts)
 	r.mu.Unlock()
 }
 

@@ -23,11 +23,12 @@ type rootFiles struct {
 	cancel  context.CancelFunc
 	mounted chan struct{} // closed once the root is mounted, or will not be
 
-	mu     sync.Mutex
-	mnt    string // the root's mountpoint, once mounted
-	record bool   // Record was called
-	rec    *filetrace.Recorder
-	closed bool
+	mu      sync.Mutex
+	mnt     string // the root's mountpoint, once mounted
+	record  bool   // Record was called
+	rec     *filetrace.Recorder
+	closed  bool
+	warming sync.WaitGroup // a warm-up with files open on the root
 }
 
 func newRootFiles(log *slog.Logger) *rootFiles {
@@ -51,7 +52,8 @@ func (f *rootFiles) mountedAt(mnt string) {
 }
 
 // close ends f's work: the recording (what it has stays, for Files) and any
-// warm-up. Call it before the root is unmounted.
+// warm-up, waiting for the warm-up's reads under way (the root cannot be
+// unmounted while it holds files open). Call it before the root is unmounted.
 func (f *rootFiles) close() {
 	f.mu.Lock()
 	if f.closed {
@@ -68,6 +70,7 @@ func (f *rootFiles) close() {
 	if rec != nil {
 		rec.Stop()
 	}
+	f.warming.Wait()
 }
 
 func (f *rootFiles) startLocked() {
@@ -117,10 +120,13 @@ func (f *rootFiles) Replay(files []trace.File) {
 	}
 	f.mu.Lock()
 	mnt := f.mnt
-	f.mu.Unlock()
-	if mnt == "" {
+	if mnt == "" || f.closed {
+		f.mu.Unlock()
 		return
 	}
+	f.warming.Add(1)
+	f.mu.Unlock()
+	defer f.warming.Done()
 	start := time.Now()
 	st, err := filetrace.Warm(f.ctx, mnt, files, 0)
 	if err != nil && f.ctx.Err() == nil {
