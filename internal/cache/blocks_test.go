@@ -14,7 +14,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
@@ -23,6 +22,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
 // storeSource fetches chunks from a local store, verified (as package fetch does),
@@ -612,29 +612,7 @@ func TestFirstBlockReadReadsChunkAhead(t *testing.T) {
 	c := openCache(t, Options{Dir: t.TempDir(), MaxBytes: 1 << 30, MemBytes: 1, NoDisk: true, StoreFiles: src.st}, src)
 	ch, want := src.add(t, 256<<10)
 	path := src.st.ObjectFile(ch.Digest)
-	resident := func() int {
-		t.Helper()
-		f, err := os.Open(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		m, err := unix.Mmap(int(f.Fd()), 0, int(ch.Size), unix.PROT_READ, unix.MAP_SHARED)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer unix.Munmap(m)
-		vec := make([]byte, (ch.Size+4095)/4096)
-		if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
-			uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-			t.Fatal(errno)
-		}
-		n := 0
-		for _, v := range vec {
-			n += int(v & 1)
-		}
-		return n
-	}
+	resident := func() int { return testutil.ResidentPages(t, path, 0, -1) }
 	evict := func() {
 		t.Helper()
 		f, err := os.Open(path)

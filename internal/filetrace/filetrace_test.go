@@ -10,7 +10,6 @@ import (
 	"slices"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
@@ -107,33 +106,6 @@ func (im *image) blocksOf(t *testing.T, set *runs.Set, name string, off, end int
 	}
 }
 
-// resident returns how many of the pages of bytes [off, end) of a file are in the
-// page cache.
-func resident(t *testing.T, path string, off, end int64) int {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, _ := f.Stat()
-	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (fi.Size()+4095)/4096)
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
-		uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatal(errno)
-	}
-	n := 0
-	for _, v := range vec[off/4096 : (end+4095)/4096] {
-		n += int(v & 1)
-	}
-	return n
-}
-
 // evict drops a file's pages from the page cache.
 func evict(t *testing.T, path string) {
 	t.Helper()
@@ -200,7 +172,7 @@ func TestRecordThroughOverlayThenWarm(t *testing.T) {
 	for name := range im.files {
 		evict(t, filepath.Join(im.lower, name))
 	}
-	if n := resident(t, filepath.Join(im.lower, "lib/big"), 0, 1<<20); n != 0 {
+	if n := testutil.ResidentPages(t, filepath.Join(im.lower, "lib/big"), 0, 1<<20); n != 0 {
 		t.Skipf("the page cache kept %d pages after FADV_DONTNEED", n)
 	}
 	bad := []trace.File{{Path: "/escape", Ranges: [][2]int64{{0, 10}}}, {Path: "/fifo", Ranges: [][2]int64{{0, 10}}},
@@ -222,11 +194,11 @@ func TestRecordThroughOverlayThenWarm(t *testing.T) {
 		{"lib/big", 0, 256 << 10, 0, 0}, // nothing ahead of or past the range
 		{"lib/big", 264 << 10, 1 << 20, 0, 0},
 	} {
-		if n := resident(t, filepath.Join(im.lower, c.name), c.off, c.end); int64(n) < c.min || n > c.max {
+		if n := testutil.ResidentPages(t, filepath.Join(im.lower, c.name), c.off, c.end); int64(n) < c.min || n > c.max {
 			t.Errorf("%s [%d, %d): %d pages in the page cache after the warm-up, want %d to %d", c.name, c.off, c.end, n, c.min, c.max)
 		}
 	}
-	if n := resident(t, filepath.Join(im.lower, "etc/passwd"), 0, 10); n != 0 {
+	if n := testutil.ResidentPages(t, filepath.Join(im.lower, "etc/passwd"), 0, 10); n != 0 {
 		t.Errorf("the symlink's target in the image was read")
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-	"unsafe"
 
 	"github.com/opencontainers/go-digest"
 	"golang.org/x/sys/unix"
@@ -1029,40 +1028,10 @@ func TestLingeringRootWritesItsTrace(t *testing.T) {
 		t.Fatal(err)
 	}
 	pages := (len(big) + 4095) / 4096
-	for deadline := time.Now().Add(10 * time.Second); residentPages(t, filepath.Join(root.Mountpoint, "big")) < pages; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); testutil.ResidentPages(t, filepath.Join(root.Mountpoint, "big"), 0, -1) < pages; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d of the big file's %d pages in the image root's page cache; want all, warmed from the trace",
-				residentPages(t, filepath.Join(root.Mountpoint, "big")), pages)
+				testutil.ResidentPages(t, filepath.Join(root.Mountpoint, "big"), 0, -1), pages)
 		}
 	}
-}
-
-// residentPages returns how many pages of the file at path are in the page cache
-// (mincore of a mapping, which reads nothing).
-func residentPages(t *testing.T, path string) int {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil || fi.Size() == 0 {
-		t.Fatalf("stat %s: %v", path, err)
-	}
-	m, err := unix.Mmap(int(f.Fd()), 0, int(fi.Size()), unix.PROT_READ, unix.MAP_SHARED)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer unix.Munmap(m)
-	vec := make([]byte, (fi.Size()+4095)/4096)
-	if _, _, errno := unix.Syscall(unix.SYS_MINCORE, uintptr(unsafe.Pointer(&m[0])), uintptr(len(m)),
-		uintptr(unsafe.Pointer(&vec[0]))); errno != 0 {
-		t.Fatal(errno)
-	}
-	n := 0
-	for _, v := range vec {
-		n += int(v & 1)
-	}
-	return n
 }
