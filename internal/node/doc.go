@@ -17,7 +17,10 @@
 //	                   bytes) that the next image root of it reads through the kernel
 //
 // Container roots (shared.go) are by default overlays over one read-only image
-// root per image snapshot; block clones (RootBlock) are volumes of their own.
+// root per image snapshot; block clones (RootBlock) are volumes of their own. An
+// image root made for a start records the files the start opens into its
+// start-up trace, and reads a replayed trace's files into its page cache ahead of
+// the container (startupfiles.go, package filetrace).
 //
 // The node's own files (node-id, node.json, maps) are replaced atomically and
 // durably through package atomicfile; a crash in the middle leaves at most a
@@ -39,5 +42,6 @@
 // like a snapshot's, and the new map gets a trace of its own (docs/design.md).
 //
 // The node never talks HTTP or gRPC (package daemon does) and never interprets the
-// files inside a volume (package convert does).
+// files inside a volume (package convert does; package filetrace reads the ones a
+// trace names).
 package node

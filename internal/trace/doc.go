@@ -5,6 +5,8 @@
 // replays it when it clones that snapshot for the next container: the chunks are
 // fetched ahead, in parallel and coalesced, instead of one dependent read at a time
 // (ARCHITECTURE.md, "Prefetch what start-up reads"; docs/format.md has the format).
+// Since version 3 it also lists the files start-up opened and the ranges of them it
+// read, which a shared image root reads into its page cache (package filetrace).
 //
 // A trace is a hint: replaying a wrong or stale one costs fetches, never
 // correctness, since every chunk is verified against its digest by the cache and
