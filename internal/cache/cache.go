@@ -485,11 +485,11 @@ type BatchSource interface {
 // for the chunks this call fetched: a chunk another load was already bringing is
 // Joined) or why it could not be had. Chunks the cache holds already are reported
 // at once; so are those of a local store read by the block, which are not read
-// but readied (FromStoreFile, see warmStoreFile). Through a BatchSource the missing chunks go in one batch; otherwise
-// each is fetched on its own, in parallel. Every missing chunk is registered as
-// loading before anything is fetched, so a reader that misses on one of them
-// from then on waits for this load instead of fetching the chunk again. fn is
-// never called concurrently.
+// but readied (FromStoreFile, see warmStoreFile). Through a BatchSource the
+// missing chunks go in one batch; otherwise each is fetched on its own, in
+// parallel. Every missing chunk is registered as loading before anything is
+// fetched, so a reader that misses on one of them from then on waits for this
+// load instead of fetching the chunk again. fn is never called concurrently.
 func (c *Cache) Load(ctx context.Context, cs []blockmap.Chunk, fn func(ch blockmap.Chunk, o Origin, err error)) {
 	var mu sync.Mutex
 	report := func(ch blockmap.Chunk, o Origin, err error) {
