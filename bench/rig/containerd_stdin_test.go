@@ -2,6 +2,9 @@ package rig_test
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -47,9 +50,32 @@ func TestContainerdStdin(t *testing.T) {
 	select {
 	case <-ct.Done():
 	case <-time.After(60 * time.Second):
-		t.Fatalf("the container never saw the end of its input; output %q, stderr %q", out.String(), ct.StderrTail())
+		t.Fatalf("the container never saw the end of its input; output %q, stderr %q\n%s", out.String(), ct.StderrTail(),
+			stuckState(ctx, c.Socket(), ct))
 	}
 	if ct.ExitCode() != 0 || out.String() != "line 1\nline 2\nend\n" {
 		t.Fatalf("exit %d, output %q, stderr %q", ct.ExitCode(), out.String(), ct.StderrTail())
 	}
+}
+
+// stuckState describes where a container that never finished is: containerd's
+// tasks, and its init process's state and wait channel (a rare failure of this
+// test gave no output at all; this says next time whether ctr, the task or cat
+// was waiting).
+func stuckState(ctx context.Context, socket string, ct *rig.Container) string {
+	var b strings.Builder
+	out, err := exec.CommandContext(ctx, "ctr", "-a", socket, "-n", "bench", "tasks", "ls").CombinedOutput()
+	fmt.Fprintf(&b, "ctr tasks ls: %s %v\n", out, err)
+	pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	pid, err := ct.PID(pctx)
+	if err != nil {
+		fmt.Fprintf(&b, "no pid: %v\n", err)
+		return b.String()
+	}
+	for _, f := range []string{"stat", "wchan", "stack"} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/%s", pid, f))
+		fmt.Fprintf(&b, "/proc/%d/%s: %s %v\n", pid, f, data, err)
+	}
+	return b.String()
 }
