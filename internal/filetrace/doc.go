@@ -1,7 +1,7 @@
 // Package filetrace is the file side of a start-up trace, for a filesystem the
-// node mounts itself (a shared image root): which files a start opened, and which
-// byte ranges of them it read; and, on the next start, the same files read into
-// the page cache ahead of the container, many at once.
+// node mounts itself (a shared root's image root, a block clone): which files a
+// start opened, and which byte ranges of them it read; and, on the next start, the
+// same files read into the page cache ahead of the container, many at once.
 //
 // Why: the chunk replay (package prefetch) brings a start's chunks onto the node
 // ahead of its reads, but every read of the container still goes through the

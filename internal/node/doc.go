@@ -17,10 +17,10 @@
 //	                   bytes) that the next image root of it reads through the kernel
 //
 // Container roots (shared.go) are by default overlays over one read-only image
-// root per image snapshot; block clones (RootBlock) are volumes of their own. An
-// image root made for a start records the files the start opens into its
-// start-up trace, and reads a replayed trace's files into its page cache ahead of
-// the container (startupfiles.go, package filetrace).
+// root per image snapshot; block clones (RootBlock) are volumes of their own. A
+// volume made for a start (an image root, a block clone) records the files the
+// start opens into its start-up trace, and reads a replayed trace's files into its
+// page cache ahead of the container (startupfiles.go, package filetrace).
 //
 // The node's own files (node-id, node.json, maps) are replaced atomically and
 // durably through package atomicfile; a crash in the middle leaves at most a

@@ -168,6 +168,10 @@ type vol struct {
 	mnt    string
 	file   string // FUSE file
 	gone   bool
+	// files, for a volume made for a start (a block root, an image root),
+	// records the files the start opens on its mount and warms the mount from a
+	// replayed trace's (startupfiles.go); nil otherwise.
+	files *rootFiles
 }
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
@@ -601,7 +605,8 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	}
 	n.vols[id] = x
 	if opts.Startup {
-		r.BeginStartup(opts.Snapshot, opts.StartupFallback, nil)
+		x.files = newRootFiles(n.log.With("volume", id, "snapshot", opts.Snapshot))
+		r.BeginStartup(opts.Snapshot, opts.StartupFallback, x.files)
 	}
 	n.lease.poke()
 	n.log.Info("volume-created", "volume", id, "snapshot", opts.Snapshot, "size", size, "startup", opts.Startup)
@@ -760,6 +765,9 @@ func (n *Node) mountLocked(x *vol, readOnly bool) error {
 	x.dev, x.mnt = loop.Path, mnt
 	n.log.Info("volume-mounted", "volume", x.rec.ID, "device", loop.Path, "mountpoint", mnt, "read_only", readOnly,
 		"took", time.Since(start))
+	if x.files != nil {
+		x.files.mountedAt(mnt)
+	}
 	return nil
 }
 
@@ -832,6 +840,10 @@ func (n *Node) flushLocked(x *vol) error {
 }
 
 func (n *Node) unmountLocked(x *vol) error {
+	if x.files != nil { // its recording and warm-up end before the mount goes (or if it never came)
+		x.files.close()
+		x.files = nil
+	}
 	if x.mnt == "" {
 		return nil
 	}

@@ -63,9 +63,6 @@ type imageRoot struct {
 	// the idle spells: a timer of an earlier one does nothing.
 	linger, settle *time.Timer
 	idle           uint64
-	// files, with x, records the files a start opens on the root and warms it
-	// from a trace's (nil: the root was not made for a start).
-	files *rootFiles
 }
 
 // localImageSettle is how long an image root stays idle before its local image is
@@ -202,19 +199,19 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 		if err != nil && !errors.Is(err, errdefs.ErrExists) {
 			return nil, fmt.Errorf("image root of %s: %w", snapshot, err)
 		}
-		var files *rootFiles
 		if err == nil && startup && !local {
 			// Before the mount: its first reads are the trace's first chunks. (Read
 			// through a local image, it needs no prefetch and sees no reads to record.)
+			// Its files are recorded or warmed once it is mounted (x.files).
 			if x, err := n.get(id); err == nil {
-				files = newRootFiles(n.log.With("snapshot", snapshot, "volume", id))
+				x.mu.Lock()
+				x.files = newRootFiles(n.log.With("snapshot", snapshot, "volume", id))
+				files := x.files
+				x.mu.Unlock()
 				x.r.BeginStartup(snapshot, fallback, files)
 			}
 		}
 		if _, err := n.MountVolume(ctx, id, true); err != nil {
-			if files != nil {
-				files.close()
-			}
 			if derr := n.DeleteVolume(context.WithoutCancel(ctx), id); derr != nil {
 				n.log.Warn("volume-delete-failed", "volume", id, "err", derr)
 			}
@@ -223,16 +220,10 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 		}
 		x, err := n.get(id)
 		if err != nil {
-			if files != nil {
-				files.close()
-			}
 			unuse()
 			return nil, err
 		}
-		if files != nil {
-			files.mountedAt(x.mnt)
-		}
-		ir.x, ir.local, ir.files = x, local, files
+		ir.x, ir.local = x, local
 		n.log.Info("image-root-mounted", "snapshot", snapshot, "volume", id, "mountpoint", x.mnt,
 			"local_image", local)
 	}
@@ -336,10 +327,6 @@ func (n *Node) unmountImageLocked(ctx context.Context, snapshot digest.Digest, i
 	}
 	id := ir.x.rec.ID
 	ir.x = nil
-	if ir.files != nil { // its recording and warm-up end before the mount goes
-		ir.files.close()
-		ir.files = nil
-	}
 	if err := n.DeleteVolume(ctx, id); err != nil {
 		n.log.Error("image-root-release-failed", "snapshot", snapshot, "volume", id, "err", err)
 		return

@@ -12,11 +12,11 @@ import (
 	"github.com/slacker-dev/slacker/internal/trace"
 )
 
-// rootFiles is the file side of an image root's start-up trace
-// (prefetch.StartupFiles, package filetrace): it records the files a start opens
-// on the root's mount, and warms the mount's page cache from the files of the
-// trace a start replays. It lives from the root's volume being made until the
-// root is unmounted (close).
+// rootFiles is the file side of the start-up trace of a volume made for a start
+// (prefetch.StartupFiles, package filetrace): a shared root's image root, or a
+// block clone. It records the files the start opens on the volume's mount, and
+// warms the mount's page cache from the files of the trace the start replays. It
+// lives from the volume being made until it is unmounted (close).
 type rootFiles struct {
 	log     *slog.Logger
 	ctx     context.Context // ends at close: a warm-up stops
@@ -25,7 +25,7 @@ type rootFiles struct {
 
 	mu      sync.Mutex
 	mnt     string // the root's mountpoint, once mounted
-	record  bool   // Record was called
+	noRec   bool   // Record(false): the start records no trace
 	rec     *filetrace.Recorder
 	closed  bool
 	warming sync.WaitGroup // a warm-up with files open on the root
@@ -36,17 +36,18 @@ func newRootFiles(log *slog.Logger) *rootFiles {
 	return &rootFiles{log: log, ctx: ctx, cancel: cancel, mounted: make(chan struct{})}
 }
 
-// mountedAt tells f that the root is mounted at mnt: a recording asked for
-// starts now.
+// mountedAt tells f that the root is mounted at mnt: the files the start opens
+// are noted from now on, unless the start is known to record no trace (the
+// lookup of its trace may end after the container's first opens).
 func (f *rootFiles) mountedAt(mnt string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.closed {
+	if f.closed || f.mnt != "" {
 		return
 	}
 	f.mnt = mnt
 	close(f.mounted)
-	if f.record {
+	if !f.noRec {
 		f.startLocked()
 	}
 }
@@ -82,16 +83,19 @@ func (f *rootFiles) startLocked() {
 	f.rec = rec
 }
 
-// Record starts recording the files the start opens (once the root is mounted).
-func (f *rootFiles) Record() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.closed || f.record {
-		return
+// Record says whether the start records a trace: if not, the files are no longer
+// noted.
+func (f *rootFiles) Record(on bool) {
+	if on {
+		return // noted since the mount, or from it
 	}
-	f.record = true
-	if f.mnt != "" {
-		f.startLocked()
+	f.mu.Lock()
+	f.noRec = true
+	rec := f.rec
+	f.rec = nil
+	f.mu.Unlock()
+	if rec != nil {
+		rec.Stop()
 	}
 }
 

@@ -73,8 +73,10 @@ func (rec *recorder) recorded() ([]blockmap.Chunk, []runs.Run) {
 // does the work). Its methods are called from background goroutines, each at most
 // once per start.
 type StartupFiles interface {
-	// Record is called when the start records a trace: note the files it opens.
-	Record()
+	// Record is called once the lookup knows whether the start records a trace:
+	// on, keep noting the files it opens; off, stop (the files are noted from
+	// the mount on, since the container may open some before the lookup is done).
+	Record(on bool)
 	// Files ends the recording and returns the files the start opened, each with
 	// the ranges of it that blocks (what the start read of the volume, in
 	// BlockSize blocks) hold; called when the trace is written.
@@ -128,6 +130,7 @@ func (s *startup) lookup() {
 	start := time.Now()
 	t, err := s.get(ctx, s.snapshot)
 	if t != nil && t.Version == trace.Version {
+		s.recordFiles(false)
 		s.replay(s.log, t, start)
 		return
 	}
@@ -141,6 +144,7 @@ func (s *startup) lookup() {
 	if err != nil && !errors.Is(err, errdefs.ErrNotFound) && !errors.Is(err, trace.ErrMalformed) {
 		// The store is away or refuses records: neither replay nor record.
 		s.log.Warn("startup-trace-lookup-failed", "err", err)
+		s.recordFiles(false)
 		return
 	}
 	if errors.Is(err, trace.ErrMalformed) {
@@ -159,9 +163,7 @@ func (s *startup) lookup() {
 		return
 	}
 	s.log.Debug("startup-trace-recording", "window", e.opts.StartupWindow)
-	if s.files != nil {
-		s.files.Record()
-	}
+	s.recordFiles(true)
 	if old != nil {
 		s.replay(s.log, old, start)
 		return
@@ -175,6 +177,13 @@ func (s *startup) lookup() {
 			s.replay(s.log.With("trace_of", f), t, start)
 			return
 		}
+	}
+}
+
+// recordFiles tells the file side, if any, whether this start records a trace.
+func (s *startup) recordFiles(on bool) {
+	if s.files != nil {
+		s.files.Record(on)
 	}
 }
 
