@@ -92,7 +92,7 @@ func (r *Recorder) Files(blocks []runs.Run, blockSize int64) []trace.File {
 // fileRanges returns the byte ranges of a file (its extents) that lie in blocks,
 // sorted and merged.
 func fileRanges(extents []Extent, blocks []runs.Run, blockSize int64) [][2]int64 {
-	var out [][2]int64
+	in := runs.New() // of bytes of the file: merges what meets or overlaps
 	for _, e := range extents {
 		pStart, pEnd := e.Physical, e.Physical+e.Length
 		// The first run that ends after the extent starts.
@@ -104,22 +104,15 @@ func fileRanges(extents []Extent, blocks []runs.Run, blockSize int64) [][2]int64
 		})
 		for ; i < len(blocks) && blocks[i].Start*blockSize < pEnd; i++ {
 			a, b := max(pStart, blocks[i].Start*blockSize), min(pEnd, blocks[i].End*blockSize)
-			if a < b {
-				out = append(out, [2]int64{e.Logical + a - pStart, e.Logical + b - pStart})
-			}
+			in.Add(e.Logical+a-pStart, e.Logical+b-pStart)
 		}
 	}
-	slices.SortFunc(out, func(x, y [2]int64) int { return int(min(max(x[0]-y[0], -1), 1)) })
-	merged := out[:0]
-	for _, r := range out {
-		if n := len(merged); n > 0 && r[0] <= merged[n-1][1] {
-			merged[n-1][1] = max(merged[n-1][1], r[1])
-			continue
-		}
-		merged = append(merged, r)
-	}
-	if len(merged) == 0 {
+	if in.Len() == 0 {
 		return nil
 	}
-	return merged
+	out := make([][2]int64, 0, in.Len())
+	for _, r := range in.Runs() {
+		out = append(out, [2]int64{r.Start, r.End})
+	}
+	return out
 }
