@@ -110,15 +110,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 		if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c2", Snapshot: img, Startup: true, Mode: mode}); err != nil {
 			t.Fatal(err)
 		}
-		cached := func() int {
-			k := 0
-			for _, c := range tr.BlockmapChunks() {
-				if n2.Cache().Cached(c) {
-					k++
-				}
-			}
-			return k
-		}
+		cached := func() int { return cachedOf(n2, tr) }
 		for deadline := time.Now().Add(10 * time.Second); cached() < len(tr.Chunks); {
 			if time.Now().After(deadline) {
 				t.Fatalf("%s: %d of the trace's %d chunks cached (%d replayed)", mode, cached(), len(tr.Chunks), n2.Stats().Prefetch.ReplayedChunks)
@@ -179,15 +171,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	// Its parent's trace's chunks arrive before the container reads (fetched by the
 	// replay, or by the warm-up of the image root from the trace's files, whichever
 	// comes first: the bytes are the same).
-	cachedOn3 := func() int {
-		k := 0
-		for _, c := range tr.BlockmapChunks() {
-			if n3.Cache().Cached(c) {
-				k++
-			}
-		}
-		return k
-	}
+	cachedOn3 := func() int { return cachedOf(n3, tr) }
 	for deadline := time.Now().Add(10 * time.Second); cachedOn3() < len(tr.Chunks); {
 		if time.Now().After(deadline) {
 			t.Fatalf("the change's clone has %d of its parent's trace's %d chunks (%+v)", cachedOn3(), len(tr.Chunks), n3.Stats().Prefetch)
@@ -222,4 +206,15 @@ func mountRO(t *testing.T, n *Node, id string) VolumeInfo {
 		t.Fatal(err)
 	}
 	return v
+}
+
+// cachedOf counts the chunks of tr that n's cache holds.
+func cachedOf(n *Node, tr *trace.Trace) int {
+	k := 0
+	for _, c := range tr.BlockmapChunks() {
+		if n.Cache().Cached(c) {
+			k++
+		}
+	}
+	return k
 }
