@@ -2,6 +2,7 @@ package rig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	tasksapi "github.com/containerd/containerd/api/services/tasks/v1"
@@ -238,49 +240,130 @@ func (c *Containerd) start(ctx context.Context, ref string, root *RootFS, spec R
 		}
 		return st, err
 	}
-	c2, err := StartContainer(exec.Command("ctr", args...), spec, ops)
-	if err == nil && spec.Stdin != nil {
-		go closeStdin(sock, spec.Name, c2)
+	input := spec.Stdin
+	var inputW *os.File
+	if input != nil {
+		// ctr reads a pipe the harness holds open until ctr has its end of the
+		// task's stdin FIFO open (feedStdin says why).
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, fmt.Errorf("stdin pipe for %s: %w", spec.Name, err)
+		}
+		spec.Stdin, inputW = r, w
+		defer r.Close() // ctr has its own copy once started
 	}
-	return c2, err
+	c2, err := StartContainer(exec.Command("ctr", args...), spec, ops)
+	if err != nil {
+		if inputW != nil {
+			inputW.Close()
+		}
+		return nil, err
+	}
+	if inputW != nil {
+		go feedStdin(sock, spec.Name, c2, input, inputW)
+	}
+	return c2, nil
 }
 
-// closeStdin gives container name end-of-input once its task exists. ctr forwards
-// its own standard input to the task and closes its end at EOF, but the shim holds
-// the stdin FIFO open for writing until a client asks it to close (CloseIO), so a
-// command that reads to the end of its input would wait forever; nerdctl and the
-// kubelet close it, ctr does not. The order does not matter: the FIFO reports EOF
-// only once both the shim and ctr have closed it, so nothing ctr still has to
-// forward is lost. A failure is written into the container's error tail, where a
-// failed sample's report shows it.
-func closeStdin(socket, name string, c *Container) {
+// feedStdin gives container name its input, then end-of-input.
+//
+// ctr forwards its own standard input into the task's stdin FIFO, but the shim
+// holds that FIFO open for writing too, until a client asks it to close
+// (CloseIO). ctr asks only if its input ends after the task exists, so a short
+// input would leave a command that reads to the end waiting forever; nerdctl and
+// the kubelet close it themselves. The harness does, but not too early: if the
+// shim's writer closes before ctr has opened its own (ctr opens it
+// asynchronously), the FIFO has no writer for a moment, the shim reads
+// end-of-input and ctr's data goes nowhere. So the harness keeps ctr's input open
+// until ctr holds the FIFO open for writing: from then on the FIFO ends only once
+// ctr has forwarded everything and closed it, whatever the order of the close
+// requests. A failure is written into the container's error tail, where a failed
+// sample's report shows it.
+func feedStdin(socket, name string, c *Container, input io.Reader, w *os.File) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ctx = metadata.AppendToOutgoingContext(ctx, "containerd-namespace", "bench")
 	err := func() error {
-		conn, err := grpc.DialContext(ctx, "unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
-		if err != nil {
-			return err
-		}
-		defer conn.Close()
-		tasks := tasksapi.NewTasksClient(conn)
+		defer w.Close()
 		for {
-			// NotFound until ctr has created the task.
-			_, err := tasks.CloseIO(ctx, &tasksapi.CloseIORequest{ContainerID: name, Stdin: true})
-			if err == nil {
-				return nil
+			ok, err := holdsFIFOForWriting(c.cmd.Process.Pid, name+"-stdin")
+			if err != nil || ok {
+				break // an unreadable /proc: go on, as before this check
 			}
 			select {
 			case <-c.Done():
-				return nil // it ended before it was asked
+				return nil
 			case <-ctx.Done():
-				return fmt.Errorf("%w (last: %v)", ctx.Err(), err)
-			case <-time.After(20 * time.Millisecond):
+				return fmt.Errorf("ctr never opened the task's stdin: %w", ctx.Err())
+			case <-time.After(5 * time.Millisecond):
 			}
 		}
+		if _, err := io.Copy(w, input); err != nil && !errors.Is(err, syscall.EPIPE) {
+			return fmt.Errorf("write the input: %w", err)
+		}
+		return nil
 	}()
+	if err == nil {
+		err = closeStdin(ctx, socket, name, c)
+	}
 	if err != nil {
-		fmt.Fprintf(c.stderr, "\nharness: could not close the standard input of %s: %v\n", name, err)
+		fmt.Fprintf(c.stderr, "\nharness: could not give %s its standard input: %v\n", name, err)
+	}
+}
+
+// holdsFIFOForWriting reports whether process pid has a file whose path ends in
+// "/"+suffix open for writing (/proc/PID/fd and fdinfo).
+func holdsFIFOForWriting(pid int, suffix string) (bool, error) {
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
+	if err != nil {
+		return false, err
+	}
+	for _, fd := range fds {
+		target, err := os.Readlink(filepath.Join(dir, fd.Name()))
+		if err != nil || !strings.HasSuffix(target, "/"+suffix) {
+			continue
+		}
+		info, err := os.ReadFile(fmt.Sprintf("/proc/%d/fdinfo/%s", pid, fd.Name()))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(info), "\n") {
+			v, ok := strings.CutPrefix(line, "flags:")
+			if !ok {
+				continue
+			}
+			flags, err := strconv.ParseUint(strings.TrimSpace(v), 8, 64)
+			if err == nil && flags&unix.O_ACCMODE == unix.O_WRONLY {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
+}
+
+// closeStdin asks containerd to close the shim's end of container name's stdin,
+// retrying while the task does not exist yet.
+func closeStdin(ctx context.Context, socket, name string, c *Container) error {
+	ctx = metadata.AppendToOutgoingContext(ctx, "containerd-namespace", "bench")
+	conn, err := grpc.DialContext(ctx, "unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	tasks := tasksapi.NewTasksClient(conn)
+	for {
+		// NotFound until ctr has created the task.
+		_, err := tasks.CloseIO(ctx, &tasksapi.CloseIORequest{ContainerID: name, Stdin: true})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-c.Done():
+			return nil // it ended before it was asked
+		case <-ctx.Done():
+			return fmt.Errorf("close it: %w (last: %v)", ctx.Err(), err)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
