@@ -180,7 +180,6 @@ type FetchStats struct {
 type PrefetchStats struct {
 	ReadaheadChunks int64 `json:"readahead_chunks"` // chunks fetched ahead of sequential readers
 	ReplayedChunks  int64 `json:"replayed_chunks"`  // chunks fetched by start-up trace replays
-	OpenedChunks    int64 `json:"opened_chunks"`    // chunks fetched ahead of files a start opened
 	FetchedBytes    int64 `json:"fetched_bytes"`    // bytes both moved from the store
 	Busy            int64 `json:"busy"`             // loads not started: every slot was busy
 	TracesReplayed  int64 `json:"traces_replayed"`

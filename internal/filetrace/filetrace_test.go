@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sync"
 	"testing"
 	"time"
 
@@ -125,19 +124,10 @@ func evict(t *testing.T, path string) {
 // ranges of it the start's blocks hold (a part of a big file, not all of it).
 // Warm then reads exactly those ranges into the page cache of a cold image root,
 // and refuses what is not a regular file under the root: a symlink out of it, a
-// FIFO, a device node, a path that is not there. Each file is also handed, with
-// all its extents, to the recorder's opened callback as it is opened.
+// FIFO, a device node, a path that is not there.
 func TestRecordThroughOverlayThenWarm(t *testing.T) {
 	im := newImage(t)
-	var (
-		mu     sync.Mutex
-		opened [][]Extent
-	)
-	rec, err := Record(im.lower, func(exts []Extent) {
-		mu.Lock()
-		defer mu.Unlock()
-		opened = append(opened, exts)
-	})
+	rec, err := Record(im.lower)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,12 +163,6 @@ func TestRecordThroughOverlayThenWarm(t *testing.T) {
 	if !slices.EqualFunc(files, want, func(a, b trace.File) bool { return a.Path == b.Path && slices.Equal(a.Ranges, b.Ranges) }) {
 		t.Fatalf("recorded %v, want %v", files, want)
 	}
-	mu.Lock()
-	wantOpened := [][]Extent{im.extentsOf(t, "/bin/tool"), im.extentsOf(t, "/lib/big"), im.extentsOf(t, "/lib/small")}
-	if !slices.EqualFunc(opened, wantOpened, slices.Equal) {
-		t.Fatalf("opened callback got %v, want %v", opened, wantOpened)
-	}
-	mu.Unlock()
 	tr := trace.New(digestOf("image"), time.Minute, nil)
 	tr.Files = files
 	if _, err := trace.Encode(tr); err != nil {

@@ -19,8 +19,7 @@ const (
 // Recorder notes the files a start opens on a filesystem and where their bytes
 // lie, to make a trace's files from the blocks the start read.
 type Recorder struct {
-	w      *Watcher
-	opened func(extents []Extent)
+	w *Watcher
 
 	mu      sync.Mutex
 	files   []recorded
@@ -33,11 +32,9 @@ type recorded struct {
 }
 
 // Record starts recording the files opened on the filesystem mounted at root
-// (which must start at byte 0 of the volume whose blocks Files is given). If
-// opened is not nil, it is called with each regular file's extents as the file
-// is opened (from the recording's one goroutine: it must not wait).
-func Record(root string, opened func(extents []Extent)) (*Recorder, error) {
-	r := &Recorder{opened: opened}
+// (which must start at byte 0 of the volume whose blocks Files is given).
+func Record(root string) (*Recorder, error) {
+	r := &Recorder{}
 	w, err := Watch(root, r.note)
 	if err != nil {
 		return nil, err
@@ -51,20 +48,16 @@ func (r *Recorder) note(path string, fd int) {
 	full := len(r.files) >= trace.MaxFiles || len(path) > trace.MaxPath
 	room := maxAllExtents - r.extents
 	r.mu.Unlock()
-	if full && r.opened == nil {
-		return
-	}
-	exts, err := Extents(fd, maxExtents)
-	if err != nil {
-		exts = nil // opened, its bytes unknown: the trace lists it without ranges
-	}
-	if r.opened != nil && len(exts) > 0 {
-		r.opened(exts)
-	}
 	if full {
 		return
 	}
-	exts = exts[:min(len(exts), max(room, 0))]
+	var exts []Extent
+	if room > 0 {
+		var err error
+		if exts, err = Extents(fd, min(maxExtents, room)); err != nil {
+			exts = nil // opened, its bytes unknown: the trace lists it without ranges
+		}
+	}
 	r.mu.Lock()
 	r.files = append(r.files, recorded{path: path, extents: exts})
 	r.extents += len(exts)

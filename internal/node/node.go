@@ -605,7 +605,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	}
 	n.vols[id] = x
 	if opts.Startup {
-		x.files = newRootFiles(n.log.With("volume", id, "snapshot", opts.Snapshot), r.LoadFile)
+		x.files = newRootFiles(n.log.With("volume", id, "snapshot", opts.Snapshot))
 		r.BeginStartup(opts.Snapshot, opts.StartupFallback, x.files)
 	}
 	n.lease.poke()

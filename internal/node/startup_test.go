@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"errors"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -13,7 +11,6 @@ import (
 
 	"github.com/opencontainers/go-digest"
 
-	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
 	"github.com/slacker-dev/slacker/internal/trace"
@@ -220,66 +217,4 @@ func cachedOf(n *Node, tr *trace.Trace) int {
 		}
 	}
 	return k
-}
-
-// A start with no trace to replay (an image's first run anywhere) loads each file
-// it opens ahead of its reads, in both container root modes: a 4 MiB file opened
-// and not yet read is on the node soon after, chunk by chunk as the prefetch
-// engine counts them, and reads back right. Another file, never opened, is not
-// loaded.
-func TestFirstStartLoadsOpenedFilesAhead(t *testing.T) {
-	requirePrivileged(t)
-	ctx := context.Background()
-	dir := t.TempDir()
-	st, err := local.Open(filepath.Join(dir, "store"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	n := openNode(t, filepath.Join(dir, "node1"), st)
-	t.Cleanup(func() { n.Close(ctx) })
-	lib := make([]byte, 4<<20)
-	rand.Read(lib)
-	other := make([]byte, 8<<20)
-	rand.Read(other)
-	img := buildImage(t, n, func(root string) {
-		if err := os.WriteFile(filepath.Join(root, "lib"), lib, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(root, "other"), other, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	})
-	const libChunks = 4 << 20 / (256 << 10)
-	for _, mode := range []RootMode{RootBlock, RootShared} {
-		n2 := openNode(t, filepath.Join(dir, "node2-"+string(mode)), st)
-		t.Cleanup(func() { n2.Close(ctx) })
-		if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Startup: true, Mode: mode}); err != nil {
-			t.Fatal(err)
-		}
-		c := mountRO(t, n2, "c")
-		f, err := os.Open(filepath.Join(c.Mountpoint, "lib"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		for deadline := time.Now().Add(10 * time.Second); n2.Stats().Prefetch.OpenedChunks < libChunks; time.Sleep(10 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: %d chunks loaded ahead of the opened file, want its %d", mode, n2.Stats().Prefetch.OpenedChunks, libChunks)
-			}
-		}
-		got, err := io.ReadAll(f)
-		f.Close()
-		if err != nil || !bytes.Equal(got, lib) {
-			t.Fatalf("%s: read the opened file back: %v", mode, err)
-		}
-		if opened := n2.Stats().Prefetch.OpenedChunks; opened > libChunks+2 {
-			t.Fatalf("%s: %d chunks loaded ahead, want the opened file's %d (and metadata at most)", mode, opened, libChunks)
-		}
-		if err := n2.DeleteVolume(ctx, "c"); err != nil {
-			t.Fatal(err)
-		}
-		n2.Close(ctx) // its start's trace is written, then removed: the next start is a first one too
-		if err := st.DeleteRef(ctx, trace.RefName(img)); err != nil && !errors.Is(err, errdefs.ErrNotFound) {
-			t.Fatal(err)
-		}
-	}
 }

@@ -22,9 +22,6 @@ type rootFiles struct {
 	ctx     context.Context // ends at close: a warm-up stops
 	cancel  context.CancelFunc
 	mounted chan struct{} // closed once the root is mounted, or will not be
-	// loadFile loads ahead the volume's bytes under a file the start opened, while
-	// the start records (it has no trace to replay).
-	loadFile func(ranges [][2]int64)
 
 	mu      sync.Mutex
 	mnt     string // the root's mountpoint, once mounted
@@ -34,9 +31,9 @@ type rootFiles struct {
 	warming sync.WaitGroup // a warm-up with files open on the root
 }
 
-func newRootFiles(log *slog.Logger, loadFile func(ranges [][2]int64)) *rootFiles {
+func newRootFiles(log *slog.Logger) *rootFiles {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &rootFiles{log: log, ctx: ctx, cancel: cancel, mounted: make(chan struct{}), loadFile: loadFile}
+	return &rootFiles{log: log, ctx: ctx, cancel: cancel, mounted: make(chan struct{})}
 }
 
 // mountedAt tells f that the root is mounted at mnt: the files the start opens
@@ -78,17 +75,7 @@ func (f *rootFiles) close() {
 }
 
 func (f *rootFiles) startLocked() {
-	var opened func([]filetrace.Extent)
-	if f.loadFile != nil {
-		opened = func(exts []filetrace.Extent) {
-			ranges := make([][2]int64, len(exts))
-			for i, e := range exts {
-				ranges[i] = [2]int64{e.Physical, e.Physical + e.Length}
-			}
-			f.loadFile(ranges)
-		}
-	}
-	rec, err := filetrace.Record(f.mnt, opened)
+	rec, err := filetrace.Record(f.mnt)
 	if err != nil {
 		f.log.Warn("startup-files-not-recorded", "err", err)
 		return

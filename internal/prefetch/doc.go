@@ -18,12 +18,7 @@
 //     trace replays it, its chunks loaded ahead in trace order, at most
 //     ReplayParallel loads in flight (so that what start-up reads first arrives
 //     first), within ReplayBudget, and readahead pauses meanwhile (the trace
-//     already knows what start-up reads);
-//   - opened files (LoadFile): a start with no trace to replay (an image's first
-//     run) loads each file it opens ahead of its reads, the chunks under the
-//     file's extents up to FileAhead, within FilesAhead for the volume; the
-//     caller (package node, from filetrace's recorder) says which bytes a file
-//     holds, as this package knows blocks, not files.
+//     already knows what start-up reads).
 //
 // Background loads run on the Engine, one per node, which bounds how many run at
 // once (a load that finds every slot busy is not queued: the caller asks again at

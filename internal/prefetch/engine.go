@@ -66,17 +66,13 @@ type Options struct {
 	// ReplayBudget bounds the bytes one trace replay loads ahead (64 MiB), so
 	// that a replay cannot evict what it loaded before the container reads it.
 	ReplayBudget int64
-	// FileAhead bounds what LoadFile loads of one opened file (DefaultFileAhead),
-	// FilesAhead what it loads for one volume (DefaultFilesAhead).
-	FileAhead, FilesAhead int64
-	Logger                *slog.Logger
+	Logger       *slog.Logger
 }
 
 // Stats are the node's counters of fetching ahead.
 type Stats struct {
 	ReadaheadChunks int64 `json:"readahead_chunks"` // chunks fetched ahead of sequential readers
 	ReplayedChunks  int64 `json:"replayed_chunks"`  // chunks fetched by start-up trace replays
-	OpenedChunks    int64 `json:"opened_chunks"`    // chunks fetched ahead of files a start opened
 	FetchedBytes    int64 `json:"fetched_bytes"`    // bytes both moved from the store
 	Busy            int64 `json:"busy"`             // loads not started: every slot was busy
 	TracesReplayed  int64 `json:"traces_replayed"`  // start-up traces replayed
@@ -96,7 +92,7 @@ type Engine struct {
 	loads   sync.WaitGroup // background loads
 	bg      sync.WaitGroup // start-up trace lookups, replays and writes
 
-	readahead, replayed, opened, fetched, busy, tracesReplayed, tracesRecorded atomic.Int64
+	readahead, replayed, fetched, busy, tracesReplayed, tracesRecorded atomic.Int64
 }
 
 // New returns an Engine loading into c.
@@ -106,8 +102,6 @@ func New(c Cache, opts Options) *Engine {
 	opts.StartupWindow = cmp.Or(opts.StartupWindow, DefaultStartupWindow)
 	opts.ReplayBudget = cmp.Or(max(opts.ReplayBudget, 0), 64<<20)
 	opts.ReplayParallel = cmp.Or(max(opts.ReplayParallel, 0), DefaultReplayParallel)
-	opts.FileAhead = cmp.Or(max(opts.FileAhead, 0), DefaultFileAhead)
-	opts.FilesAhead = cmp.Or(max(opts.FilesAhead, 0), DefaultFilesAhead)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -117,7 +111,7 @@ func New(c Cache, opts Options) *Engine {
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats {
-	return Stats{ReadaheadChunks: e.readahead.Load(), ReplayedChunks: e.replayed.Load(), OpenedChunks: e.opened.Load(), FetchedBytes: e.fetched.Load(),
+	return Stats{ReadaheadChunks: e.readahead.Load(), ReplayedChunks: e.replayed.Load(), FetchedBytes: e.fetched.Load(),
 		Busy: e.busy.Load(), TracesReplayed: e.tracesReplayed.Load(), TracesRecorded: e.tracesRecorded.Load()}
 }
 

@@ -46,7 +46,6 @@ type Reader struct {
 	ra readahead
 
 	baseRead, fetched, hits, misses atomic.Int64
-	filesAhead                      atomic.Int64 // bytes LoadFile started loading
 
 	runsMu    sync.Mutex
 	baseReads *runs.Set // blocks read from the base (ReadStats.BaseReadRuns)
