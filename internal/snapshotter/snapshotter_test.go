@@ -3,6 +3,7 @@ package snapshotter_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -23,6 +24,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/snapshotter"
+	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/testenv"
 )
 
@@ -389,5 +391,77 @@ func TestRootsListRecordsAndBase(t *testing.T) {
 	os.WriteFile(filepath.Join(dir, "records", "3.json"), []byte(`garbage`), 0o600)
 	if _, err := roots(); err == nil {
 		t.Fatal("an unreadable record did not fail the roots")
+	}
+}
+
+// The blank base first layers start from is recorded in the store: a second
+// node's snapshotter (here another one on the same store, with a state of its
+// own) finds it there instead of making its own, so that both start first layers
+// from the same snapshot. A record of a base the store no longer has is passed
+// over: a new base is made, and recorded instead.
+func TestBlankBaseSharedThroughTheStore(t *testing.T) {
+	f := newFixture(t)
+	f.sn.Warm(f.ctx)
+	if n := f.logs.count("blank-base-made"); n != 1 {
+		t.Fatalf("first snapshotter: blank-base-made %d times, want 1", n)
+	}
+	baseOf := func(dir string) string {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join(dir, "base.json"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	second := func(prefix string) (string, *logBuffer) {
+		t.Helper()
+		dir, logs := t.TempDir(), &logBuffer{}
+		sn, err := snapshotter.New(f.d.Node, snapshotter.Options{Dir: dir, VolumePrefix: prefix,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer sn.Close()
+		sn.Warm(f.ctx)
+		return dir, logs
+	}
+	dir2, logs2 := second("ctrd2-")
+	if logs2.count("blank-base-found") != 1 || logs2.count("blank-base-made") != 0 {
+		t.Fatalf("second snapshotter did not take the recorded base: %s", logs2.b.String())
+	}
+	if a, b := baseOf(f.dir), baseOf(dir2); a != b {
+		t.Fatalf("bases differ: %s and %s", a, b)
+	}
+
+	refs := f.d.Node.Store().(store.Refs)
+	var name string
+	refs.ListRefs(f.ctx, "containerd/blank-base/", func(n string) error { name = n; return nil })
+	if name == "" {
+		t.Fatal("no blank base record in the store")
+	}
+	old, err := refs.GetRef(f.ctx, name)
+	if err != nil || string(old) != baseOf(f.dir) {
+		t.Fatalf("the record %q is not the base made: %v", old, err)
+	}
+	gone := digest.FromString("a base the store does not have")
+	var wasBase struct {
+		Snapshot digest.Digest `json:"snapshot"`
+	}
+	json.Unmarshal(old, &wasBase)
+	if err := refs.PutRef(f.ctx, name, bytes.ReplaceAll(old, []byte(wasBase.Snapshot), []byte(gone))); err != nil {
+		t.Fatal(err)
+	}
+	dir3, logs3 := second("ctrd3-")
+	if logs3.count("blank-base-missing") != 1 || logs3.count("blank-base-made") != 1 {
+		t.Fatalf("third snapshotter: %s", logs3.b.String())
+	}
+	b, err := refs.GetRef(f.ctx, name)
+	if err != nil || string(b) != baseOf(dir3) || strings.Contains(string(b), gone.String()) {
+		t.Fatalf("the record was not replaced by the new base: %s, %v", b, err)
+	}
+	for _, p := range []string{"ctrd2-", "ctrd3-"} {
+		if err := deleteVolumes(f.d.Node, p); err != nil {
+			t.Error(err)
+		}
 	}
 }
