@@ -151,6 +151,12 @@ func (c *Client) LayoutStartup(ctx context.Context, id digest.Digest) (Layout, e
 	return out, c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id.String())+"/layout", nil, &out)
 }
 
+// PrepareImage asks the node to ready the image snapshot for a container expected
+// soon (it mounts the image's root and begins its start-up in the background).
+func (c *Client) PrepareImage(ctx context.Context, id digest.Digest) error {
+	return c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id.String())+"/prepare", nil, nil)
+}
+
 // Snapshot looks up a snapshot, fetching its block map onto the node.
 func (c *Client) Snapshot(ctx context.Context, id digest.Digest) (Snapshot, error) {
 	var out Snapshot

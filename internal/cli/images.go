@@ -277,12 +277,15 @@ func (e *env) convertOnPull(ctx context.Context, ref string) (*image.Descriptor,
 }
 
 func newPull(e *env) *cobra.Command {
-	var noConvert bool
+	var noConvert, prepare bool
 	cmd := &cobra.Command{
 		Use:   "pull REF",
 		Short: "Resolve a Slacker image in a registry (moves kilobytes, whatever its size)",
 		Long: `Pull resolves a Slacker image pushed to a registry: it reads the image's descriptor
 (about 1.5 KB) and its block map; data is fetched later, as containers read it.
+Unless --prepare=false, slackerd then mounts the image's shared root and begins
+fetching what the image's start reads (its start-up trace), in the background, as
+a container's start would: the image's next container starts with both under way.
 
 A reference to an ordinary OCI image is converted on this node instead (its layers are
 downloaded once), with a message; --no-convert refuses it.`,
@@ -298,6 +301,12 @@ downloaded once), with a message; --no-convert refuses it.`,
 			if err != nil {
 				return err
 			}
+			if prepare {
+				// A hint: a container makes its root itself if this fails.
+				if err := e.client.PrepareImage(ctx, d.Snapshot); err != nil {
+					e.log.Warn("image-prepare-not-asked", "image", res.Reference, "err", err)
+				}
+			}
 			took := time.Since(start)
 			if e.jsonOut {
 				return e.printJSON(map[string]any{"reference": res.Reference, "manifest": res.ManifestDigest,
@@ -310,6 +319,7 @@ downloaded once), with a message; --no-convert refuses it.`,
 	}
 	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
 	cmd.Flags().BoolVar(&noConvert, "no-convert", false, "refuse ordinary OCI images instead of converting them")
+	cmd.Flags().BoolVar(&prepare, "prepare", true, "have slackerd mount the image's shared root and begin fetching what its start reads, in the background, for a container expected soon")
 	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
 	return cmd
 }

@@ -69,6 +69,7 @@ func New(n *node.Node, o Options) *Server {
 	mux.HandleFunc("POST /v1/snapshots/mkfs", s.mkfs)
 	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
 	mux.HandleFunc("POST /v1/snapshots/{id}/layout", s.layoutSnapshot)
+	mux.HandleFunc("POST /v1/snapshots/{id}/prepare", s.prepareSnapshot)
 	mux.HandleFunc("POST /v1/cache/drop", s.dropCache)
 	mux.HandleFunc("POST /v1/cache/trim", s.trimCache)
 	mux.HandleFunc("POST /v1/gc", s.collect)
@@ -327,6 +328,18 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))
+}
+
+// prepareSnapshot readies the image snapshot for a container expected soon (a
+// pull's last step), in the background: 202 once it has begun.
+func (s *Server) prepareSnapshot(w http.ResponseWriter, r *http.Request) {
+	id, err := digest.Parse(r.PathValue("id"))
+	if err != nil {
+		s.fail(w, r, fmt.Errorf("snapshot %q: %v: %w", r.PathValue("id"), err, errdefs.ErrInvalid))
+		return
+	}
+	s.node.PrepareImage(id)
+	w.WriteHeader(http.StatusAccepted)
 }
 
 func (s *Server) layoutSnapshot(w http.ResponseWriter, r *http.Request) {

@@ -117,6 +117,18 @@ func TestDebianConvertPushPullRun(t *testing.T) {
 	if pulled.BytesMoved <= 0 || pulled.BytesMoved > 16<<10 {
 		t.Fatalf("pull moved %d bytes; want a few kilobytes", pulled.BytesMoved)
 	}
+	// The pull had slackerd prepare the image for its container: its shared
+	// root is mounted, held for it (not idle), before any container exists.
+	bc := api.NewClient(b.Socket)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		v, err := bc.Volume(ctx, "image-"+digest.Digest(images[0].Descriptor.Snapshot).Encoded())
+		if err == nil && v.Mounted && !v.Idle {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("after the pull, the image root: %+v %v; want it mounted, held for a container", v, err)
+		}
+	}
 	if out := cli(t, b, 0, "run", "--name", "hello", ref, "--", "echo", "hello"); out != "hello\n" {
 		t.Fatalf("run echo: %q", out)
 	}

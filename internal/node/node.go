@@ -72,6 +72,9 @@ type Config struct {
 	// its page cache kept for the image's next container (0: it goes with its last
 	// container). It goes sooner when its local image is written, or on DropCaches.
 	ImageRootLinger time.Duration
+	// PrepareHold is how long a root PrepareImage mounted waits for its container
+	// before it lingers as an idle root (default DefaultPrepareHold).
+	PrepareHold time.Duration
 	// VolumeReadahead is set as the readahead of every loop device this node
 	// mounts a volume from (bytes): how far the filesystem on it reads ahead of
 	// what is asked, and so what a lazily read volume fetches for it. 0:
@@ -155,6 +158,10 @@ type Node struct {
 	adopt  *adoption          // what Open found in place, taking the node over
 
 	closing atomic.Bool // Close has begun: image roots no longer linger
+	// preparing counts PrepareImage's mounts under way, which Close waits for;
+	// prepareMu orders their start against Close's.
+	prepareMu sync.Mutex
+	preparing sync.WaitGroup
 }
 
 type vol struct {
@@ -194,6 +201,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if cfg.DefaultSize <= 0 {
 		cfg.DefaultSize = 10 << 30
+	}
+	if cfg.PrepareHold <= 0 {
+		cfg.PrepareHold = DefaultPrepareHold
 	}
 	if cfg.RootMode == "" {
 		cfg.RootMode = RootShared
@@ -661,14 +671,18 @@ func (n *Node) Volume(id string) (VolumeInfo, error) {
 	return info, nil
 }
 
-// markIdle sets info.Idle when info is an image root no shared root stands on,
-// or the clone a local image is being copied from (no container's either).
+// markIdle sets info.Idle when info is an image root no shared root stands on
+// and none is expected (PrepareImage), or the clone a local image is being
+// copied from (no container's either).
 func (n *Node) markIdle(info *VolumeInfo) {
 	switch info.Labels[labels.Kind] {
 	case labels.KindLocalImage:
 		info.Idle = true
 		return
 	case labels.KindImageRoot:
+		if n.imageHeld(info.Base) {
+			return
+		}
 	default:
 		return
 	}
@@ -1084,6 +1098,9 @@ func (n *Node) Close(ctx context.Context) error {
 	if n.closing.Swap(true) {
 		return nil // closed already
 	}
+	n.prepareMu.Lock() // no PrepareImage starts after this
+	n.prepareMu.Unlock()
+	n.preparing.Wait()
 	// Start-up traces being looked up or written finish first (each is bounded by
 	// its own deadline); replays and loads ahead stop.
 	if n.prefetch != nil {
@@ -1093,6 +1110,10 @@ func (n *Node) Close(ctx context.Context) error {
 	n.imagesMu.Lock()
 	for _, ir := range n.images {
 		ir.mu.Lock()
+		if ir.held.Load() { // a prepared root no container took: as a lingering one
+			ir.endHoldLocked()
+			ir.users--
+		}
 		if ir.users == 0 {
 			n.wakeLocked(ir) // a lingering root is unmounted below, with the others
 		}

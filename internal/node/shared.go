@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -63,6 +64,12 @@ type imageRoot struct {
 	// the idle spells: a timer of an earlier one does nothing.
 	linger, settle *time.Timer
 	idle           uint64
+	// held: PrepareImage mounted it for a container expected soon, and holds one
+	// use of it until that container takes it over (acquireImage) or the hold
+	// ends (hold, of generation holds).
+	held  atomic.Bool // written under mu; read without it (markIdle)
+	hold  *time.Timer
+	holds uint64
 }
 
 // localImageSettle is how long an image root stays idle before its local image is
@@ -148,6 +155,11 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	ir.mu.Lock() // held while the mount is made: other users of the image wait for it
 	n.imagesMu.Unlock()
 	defer ir.mu.Unlock()
+	if ir.held.Load() && ir.mountedLocked() {
+		// A prepared root: the container takes over the hold's use of it.
+		ir.endHoldLocked()
+		ir.users--
+	}
 	if ir.users == 0 {
 		n.wakeLocked(ir) // a lingering root serves its next container, page cache and all
 	}

@@ -42,6 +42,8 @@ type Node interface {
 	MakeFilesystem(ctx context.Context, size int64) (*volume.SnapshotResult, error)
 	// Store is the node's store: the blank base is recorded there for other nodes.
 	Store() store.Store
+	// PrepareImage readies an image's shared root for a container expected soon.
+	PrepareImage(snapshot digest.Digest)
 }
 
 var _ Node = (*node.Node)(nil)
@@ -380,7 +382,20 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	}
 	s.log.Info("remote-snapshot-prepared", "key", key, "chain", target, "snapshot", snap, "via", via,
 		"image", imageOf(opts), "size", m.Size, "took", time.Since(start))
+	if via == "label" { // a Slacker image's one layer: the image itself
+		s.prepareImage(snap)
+	}
 	return fmt.Errorf("target snapshot %q: %w", target, errdefs.ErrAlreadyExists)
+}
+
+// prepareImage has the node ready the image snapshot, just pulled, for its
+// container (node.PrepareImage), when containers' roots are shared. A layer of an
+// ordinary image with a descriptor attached is not prepared: it may not be the
+// image's top layer, the one its containers stand on.
+func (s *Snapshotter) prepareImage(snap digest.Digest) {
+	if s.o.RootMode == "" || s.o.RootMode == node.RootShared {
+		s.n.PrepareImage(snap)
+	}
 }
 
 // attachedLayer returns the Slacker snapshot of the layer whose chain ID is chain
@@ -487,6 +502,7 @@ func (s *Snapshotter) Commit(ctx context.Context, name, key string, opts ...snap
 			}
 			rec = record{Snapshot: d.Snapshot, Lazy: true}
 			s.log.Info("remote-snapshot-prepared", "key", key, "chain", name, "snapshot", d.Snapshot, "via", "layer")
+			s.prepareImage(d.Snapshot)
 		}
 	}
 	if rec.Snapshot == "" {
