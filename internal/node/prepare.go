@@ -46,16 +46,13 @@ func (n *Node) prepareImage(ctx context.Context, snapshot digest.Digest) error {
 	if err := n.checkShared(); err != nil {
 		return err
 	}
+	// A root prepared before is taken over as a container takes it: one hold,
+	// renewed.
 	ir, err := n.acquireImage(ctx, snapshot, true, nil)
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", snapshot, err)
 	}
 	ir.mu.Lock()
-	if ir.held.Load() { // prepared already: one hold is enough
-		ir.mu.Unlock()
-		n.releaseImage(ctx, snapshot, ir)
-		return nil
-	}
 	ir.held.Store(true)
 	ir.holds++
 	gen := ir.holds
