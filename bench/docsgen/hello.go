@@ -79,6 +79,19 @@ func init() {
 			}
 			return s.FetchedShare, nil
 		}),
+		// sys-moved-share SYSTEM: the median share of the image that crossed the
+		// emulated link towards the node for SYSTEM (like for like: compressed
+		// chunks, gzip layers, eStargz).
+		"sys-moved-share": helloRun(1, func(t *report.Table, a []string) (float64, error) {
+			s := t.Summarize(a[0])
+			if s.DeployN == 0 {
+				return 0, fmt.Errorf("no deployment samples of system %q", a[0])
+			}
+			if math.IsNaN(s.MovedShare) {
+				return 0, fmt.Errorf("system %q: no bytes counted on a link (a loopback run?)", a[0])
+			}
+			return s.MovedShare, nil
+		}),
 		"sys-run-ratio": helloRun(1, func(t *report.Table, a []string) (float64, error) {
 			s := t.Summarize(a[0])
 			if s.DeployN == 0 {

@@ -215,6 +215,12 @@ type Summary struct {
 	FetchedShare, ReadShare float64
 	// FetchedOverRead is the median over workloads of bytes fetched / bytes read.
 	FetchedOverRead float64
+	// MovedShare is the median over workloads of the bytes that crossed the
+	// emulated link towards the node (IP level: compressed chunks, gzip layers,
+	// eStargz) / image size (uncompressed), like for like across systems, where
+	// FetchedShare counts Slacker's chunks as the cache holds them, plain; NaN
+	// without a link.
+	MovedShare float64
 	// Failed counts failed samples of the system and of the baseline.
 	Failed, BaseFailed, Samples int
 }
@@ -238,13 +244,16 @@ func (t *Table) Summarize(subject string) Summary {
 	push := func(c *Cell) float64 { return c.Push }
 	s.PushMedian = Median(t.PerWorkload(subject, harness.Development, push))
 	s.BasePushMedian = Median(t.PerWorkload(t.Baseline, harness.Development, push))
-	var fetched, read, over []float64
+	var fetched, read, over, moved []float64
 	for _, w := range t.R.Workloads {
 		c := t.Cell(w.Name, subject, harness.Deployment)
 		if !c.OK() || w.DataBytes <= 0 {
 			continue
 		}
 		fetched = append(fetched, c.Fetched/float64(w.DataBytes))
+		if c.Link > 0 {
+			moved = append(moved, c.Link/float64(w.DataBytes))
+		}
 		if !math.IsNaN(c.Read) {
 			read = append(read, c.Read/float64(w.DataBytes))
 			if c.Read > 0 {
@@ -253,6 +262,10 @@ func (t *Table) Summarize(subject string) Summary {
 		}
 	}
 	s.FetchedShare, s.ReadShare, s.FetchedOverRead = Median(fetched), Median(read), Median(over)
+	s.MovedShare = math.NaN()
+	if len(moved) > 0 {
+		s.MovedShare = Median(moved)
+	}
 	for _, x := range t.R.Samples {
 		switch {
 		case x.System == subject:

@@ -240,6 +240,19 @@ func TestSpeedupsAndSummary(t *testing.T) {
 			t.Errorf("%s = %v, want %v", f.what, f.got, f.want)
 		}
 	}
+	if !math.IsNaN(sm.MovedShare) {
+		t.Errorf("moved share %v without a link, want NaN", sm.MovedShare)
+	}
+	// Behind a link, what crossed it over the image, per workload.
+	r := testResults()
+	for i := range r.Samples {
+		if x := &r.Samples[i]; x.System == "slacker" && x.Cycle == harness.Deployment && x.OK {
+			x.LinkBytes = map[string]int64{"alpha": 4e6, "beta": 20e6}[x.Workload]
+		}
+	}
+	if got := Aggregate(r).Summarize("slacker").MovedShare; !near(got, 0.07) { // 4/100 and 20/200
+		t.Errorf("moved share %v, want 0.07", got)
+	}
 	// Failed samples are counted, never dropped.
 	if sm.DeployN != 2 || sm.DevN != 1 || sm.Failed != 3 || sm.Samples != 10 || sm.BaseFailed != 1 {
 		t.Errorf("counts: deploy %d dev %d, failed %d of %d, baseline failed %d", sm.DeployN, sm.DevN, sm.Failed, sm.Samples, sm.BaseFailed)

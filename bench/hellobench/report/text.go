@@ -3,6 +3,7 @@ package report
 import (
 	"fmt"
 	"io"
+	"math"
 	"text/tabwriter"
 
 	"github.com/slacker-dev/slacker/bench/hellobench/harness"
@@ -54,9 +55,13 @@ func WriteTable(w io.Writer, r *harness.Results) {
 	tw.Flush()
 	for _, sub := range t.others() {
 		sm := t.Summarize(sub)
-		fmt.Fprintf(w, "\n%s vs %s, profile %s: deployment %s median (p90 %s), development %s (p90 %s); pull p90 %s vs %s; run time ratio %s; fetched %s of the image (median); %d of %d samples failed (%s: %d)\n",
+		moved := ""
+		if !math.IsNaN(sm.MovedShare) {
+			moved = fmt.Sprintf(" (%s on the link)", pct(sm.MovedShare))
+		}
+		fmt.Fprintf(w, "\n%s vs %s, profile %s: deployment %s median (p90 %s), development %s (p90 %s); pull p90 %s vs %s; run time ratio %s; fetched %s of the image (median)%s; %d of %d samples failed (%s: %d)\n",
 			sub, t.Baseline, r.Profile.Name, x(sm.DeployMedian), x(sm.DeployP90), x(sm.DevMedian), x(sm.DevP90),
-			secs(sm.PullP90), secs(sm.BasePullP90), ratio(sm.RunRatio), pct(sm.FetchedShare), sm.Failed, sm.Samples, t.Baseline, sm.BaseFailed)
+			secs(sm.PullP90), secs(sm.BasePullP90), ratio(sm.RunRatio), pct(sm.FetchedShare), moved, sm.Failed, sm.Samples, t.Baseline, sm.BaseFailed)
 	}
 	for _, n := range r.Notes {
 		fmt.Fprintf(w, "note: %s\n", n)
