@@ -1072,6 +1072,9 @@ func (n *Node) Stats() Stats {
 // empty (Config.RootMode, RootShared by default).
 func (n *Node) RootMode() RootMode { return n.cfg.RootMode }
 
+// DefaultSize is the virtual size of the blank filesystems this node makes.
+func (n *Node) DefaultSize() int64 { return n.cfg.DefaultSize }
+
 // DropCaches makes the node cold for the next container (benchmarks and tests):
 // the image roots no container uses are unmounted (their page cache goes with
 // them), and the memory tier of the cache is emptied; with disk, also its disk

@@ -44,6 +44,8 @@ type Node interface {
 	Store() store.Store
 	// PrepareImage readies an image's shared root for a container expected soon.
 	PrepareImage(snapshot digest.Digest)
+	// DefaultSize is the size of the blank filesystems MakeFilesystem(ctx, 0) makes.
+	DefaultSize() int64
 }
 
 var _ Node = (*node.Node)(nil)
@@ -755,7 +757,7 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 			return "", err
 		}
 		s.base = d
-		s.log.Info("blank-base-found", "snapshot", d, "record", baseRefName(s.o.Size))
+		s.log.Info("blank-base-found", "snapshot", d, "record", s.baseRefName())
 		return s.base, nil
 	}
 	start := time.Now()
@@ -791,16 +793,22 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	s.base = res.ID
 	s.log.Info("blank-base-made", "snapshot", res.ID, "took", time.Since(start))
 	if refs, ok := s.n.Store().(store.Refs); ok {
-		if err := refs.PutRef(ctx, baseRefName(s.o.Size), b); err != nil {
-			s.log.Warn("blank-base-not-shared", "record", baseRefName(s.o.Size), "err", err)
+		if err := refs.PutRef(ctx, s.baseRefName(), b); err != nil {
+			s.log.Warn("blank-base-not-shared", "record", s.baseRefName(), "err", err)
 		}
 	}
 	return s.base, nil
 }
 
-// baseRefName names the store record of the blank base of volumes of size bytes
-// that the nodes of a store share.
-func baseRefName(size int64) string { return fmt.Sprintf("containerd/blank-base/%d", size) }
+// baseRefName names the store record of the blank base that the nodes of a store
+// share, by the size of its filesystem (Options.Size, or the node's default).
+func (s *Snapshotter) baseRefName() string {
+	size := s.o.Size
+	if size <= 0 {
+		size = s.n.DefaultSize()
+	}
+	return fmt.Sprintf("containerd/blank-base/%d", size)
+}
 
 // sharedBase returns the blank base another node of the store made and recorded,
 // if there is one and its map is in the store. Every node then starts first
@@ -812,10 +820,10 @@ func (s *Snapshotter) sharedBase(ctx context.Context) (digest.Digest, bool) {
 	if !ok {
 		return "", false
 	}
-	b, err := refs.GetRef(ctx, baseRefName(s.o.Size))
+	b, err := refs.GetRef(ctx, s.baseRefName())
 	if err != nil {
 		if !errors.Is(err, slerrdefs.ErrNotFound) {
-			s.log.Warn("blank-base-record-unreadable", "record", baseRefName(s.o.Size), "err", err)
+			s.log.Warn("blank-base-record-unreadable", "record", s.baseRefName(), "err", err)
 		}
 		return "", false
 	}
@@ -824,7 +832,7 @@ func (s *Snapshotter) sharedBase(ctx context.Context) (digest.Digest, bool) {
 		Snapshot digest.Digest `json:"snapshot"`
 	}
 	if json.Unmarshal(b, &rec) != nil || rec.Size != s.o.Size || rec.Snapshot.Validate() != nil {
-		s.log.Warn("blank-base-record-unreadable", "record", baseRefName(s.o.Size), "err", "malformed")
+		s.log.Warn("blank-base-record-unreadable", "record", s.baseRefName(), "err", "malformed")
 		return "", false
 	}
 	if _, err := s.n.Map(ctx, rec.Snapshot); err != nil {
