@@ -48,12 +48,11 @@ func (n *Node) prepareImage(ctx context.Context, snapshot digest.Digest) error {
 	}
 	// A root prepared before is taken over as a container takes it: one hold,
 	// renewed.
-	ir, err := n.acquireImage(ctx, snapshot, true, nil)
+	ir, err := n.acquireImage(ctx, snapshot, true, nil, true)
 	if err != nil {
 		return fmt.Errorf("prepare %s: %w", snapshot, err)
 	}
 	ir.mu.Lock()
-	ir.held.Store(true)
 	ir.holds++
 	gen := ir.holds
 	ir.hold = time.AfterFunc(n.cfg.PrepareHold, func() { n.dropHold(snapshot, ir, gen) })

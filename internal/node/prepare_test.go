@@ -114,7 +114,7 @@ func TestPrepareImage(t *testing.T) {
 	}
 
 	// Prepared, never used: let go after the hold, then lingering.
-	n3 := open("node3", RootShared, 500*time.Millisecond)
+	n3 := open("node3", RootShared, 2*time.Second)
 	n3.PrepareImage(img)
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		if vi, err := n3.Volume(imageRootID(img)); err == nil && vi.Mountpoint != "" {

@@ -145,7 +145,11 @@ func (n *Node) checkShared() error {
 // container uses it yet, and counts one more user. startup, with fallback, is a
 // container's start: a new image root then replays (or records) the image's
 // start-up trace, since all of the container's reads of the image go through it.
-func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup bool, fallback []digest.Digest) (*imageRoot, error) {
+//
+// hold (PrepareImage) marks the use as a hold for a container expected soon from
+// before the mount is made, so that the root is never seen idle; the caller
+// starts the hold's timer.
+func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup bool, fallback []digest.Digest, hold bool) (_ *imageRoot, err error) {
 	n.imagesMu.Lock()
 	ir := n.images[snapshot]
 	if ir == nil {
@@ -156,9 +160,18 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 	n.imagesMu.Unlock()
 	defer ir.mu.Unlock()
 	if ir.held.Load() && ir.mountedLocked() {
-		// A prepared root: the container takes over the hold's use of it.
+		// A prepared root: this user (a container, or a new hold) takes over the
+		// hold's use of it.
 		ir.endHoldLocked()
 		ir.users--
+	}
+	if hold {
+		ir.held.Store(true)
+		defer func() {
+			if err != nil {
+				ir.held.Store(false)
+			}
+		}()
 	}
 	if ir.users == 0 {
 		n.wakeLocked(ir) // a lingering root serves its next container, page cache and all
@@ -395,7 +408,7 @@ func (n *Node) createShared(ctx context.Context, id string, opts CreateOptions) 
 	if err := writeRecord(dir, rec); err != nil {
 		return fail(fmt.Errorf("create volume %s: %w", id, err))
 	}
-	ir, err := n.acquireImage(ctx, opts.Snapshot, opts.Startup, opts.StartupFallback)
+	ir, err := n.acquireImage(ctx, opts.Snapshot, opts.Startup, opts.StartupFallback, false)
 	if err != nil {
 		return fail(err)
 	}
@@ -420,7 +433,7 @@ func (n *Node) loadShared(ctx context.Context, rec Record) error {
 	if sr.parents, err = n.parentsOf(rec.Parent, rec.Image); err != nil {
 		return err
 	}
-	ir, err := n.acquireImage(ctx, rec.Image, false, nil)
+	ir, err := n.acquireImage(ctx, rec.Image, false, nil, false)
 	if err != nil {
 		return err
 	}
