@@ -10,7 +10,6 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/store/local"
 	"github.com/slacker-dev/slacker/internal/testutil"
-	"github.com/slacker-dev/slacker/internal/trace"
 )
 
 // PrepareImage, as a pull asks it, mounts the image's root and replays its
@@ -40,29 +39,11 @@ func TestPrepareImage(t *testing.T) {
 	// A first node records the image's trace: its container reads the big file.
 	n := open("node1", RootShared, 0)
 	img, big := sharedImage(t, n)
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c1", Snapshot: img, Mode: RootShared, Startup: true}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := n.MountVolume(ctx, "c1", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
-		t.Fatalf("c1: the big file: %v", err)
-	}
+	startReadingBig(t, n, "c1", img, big)
 	if err := n.DeleteVolume(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	var tr *trace.Trace
-	for deadline := time.Now().Add(10 * time.Second); tr == nil; time.Sleep(20 * time.Millisecond) {
-		if b, err := st.GetRef(ctx, trace.RefName(img)); err == nil {
-			if tr, err = trace.Decode(b); err != nil {
-				t.Fatal(err)
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatalf("no start-up trace: %v", err)
-		}
-	}
+	tr := waitTrace(t, st, img)
 	n.Close(ctx)
 
 	// A cold node prepares the image: no container, yet the trace is replayed

@@ -73,6 +73,42 @@ func sharedImage(t *testing.T, n *Node) (digest.Digest, []byte) {
 	return img, big
 }
 
+// startReadingBig makes a shared root id of img for a start, mounted, whose
+// "container" reads the big file (sharedImage) whole: the start-up its image
+// root records.
+func startReadingBig(t *testing.T, n *Node, id string, img digest.Digest, big []byte) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: id, Snapshot: img, Mode: RootShared, Startup: true}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n.MountVolume(ctx, id, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("%s: the big file: %v", id, err)
+	}
+}
+
+// waitTrace waits up to 10 s for the start-up trace of img in st and returns it.
+func waitTrace(t *testing.T, st *local.Store, img digest.Digest) *trace.Trace {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		b, err := st.GetRef(context.Background(), trace.RefName(img))
+		if err == nil {
+			tr, err := trace.Decode(b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tr
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no start-up trace of %s: %v", img, err)
+		}
+	}
+}
+
 // lowerOf returns the lowerdir of the overlay mounted at target.
 func lowerOf(t *testing.T, target string) string {
 	t.Helper()
@@ -974,32 +1010,14 @@ func TestLingeringRootWritesItsTrace(t *testing.T) {
 	}
 	n := open("node1")
 	img, big := sharedImage(t, n)
-	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c1", Snapshot: img, Mode: RootShared, Startup: true}); err != nil {
-		t.Fatal(err)
-	}
-	v, err := n.MountVolume(ctx, "c1", false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
-		t.Fatalf("c1: the big file: %v", err)
-	}
+	startReadingBig(t, n, "c1", img, big)
 	if err := n.DeleteVolume(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
 	if vi, err := n.Volume(imageRootID(img)); err != nil || !vi.Idle {
 		t.Fatalf("the image root after its last container: %+v %v; want it lingering, idle", vi, err)
 	}
-	var tr *trace.Trace
-	for deadline := time.Now().Add(10 * time.Second); tr == nil; time.Sleep(20 * time.Millisecond) {
-		if b, err := st.GetRef(ctx, trace.RefName(img)); err == nil {
-			if tr, err = trace.Decode(b); err != nil {
-				t.Fatal(err)
-			}
-		} else if time.Now().After(deadline) {
-			t.Fatalf("no start-up trace while the image root lingers: %v", err)
-		}
-	}
+	tr := waitTrace(t, st, img) // while the image root lingers
 	if tr.Bytes() < int64(len(big)) {
 		t.Fatalf("trace of %d bytes; want at least the big file's %d", tr.Bytes(), len(big))
 	}

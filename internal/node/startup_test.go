@@ -77,20 +77,7 @@ func TestStartupTraceRecordedAndReplayed(t *testing.T) {
 	if err := n.DeleteVolume(ctx, "c1"); err != nil {
 		t.Fatal(err)
 	}
-	var tr *trace.Trace
-	for deadline := time.Now().Add(10 * time.Second); ; {
-		b, err := st.GetRef(ctx, trace.RefName(img))
-		if err == nil {
-			if tr, err = trace.Decode(b); err != nil {
-				t.Fatal(err)
-			}
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no start-up trace recorded: %v", err)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	tr := waitTrace(t, st, img)
 	if tr.Snapshot != img || tr.Bytes() < int64(len(startupFile)) || tr.Bytes() >= int64(len(startupFile)+len(other)) {
 		t.Fatalf("trace of %d chunks, %d bytes: want the start-up file (%d bytes) and metadata, not the other file",
 			len(tr.Chunks), tr.Bytes(), len(startupFile))
