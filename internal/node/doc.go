@@ -22,9 +22,10 @@
 // start opens into its start-up trace, and reads a replayed trace's files into its
 // page cache ahead of the container (startupfiles.go, package filetrace).
 //
-// The node's own files (node-id, node.json, maps) are replaced atomically and
-// durably through package atomicfile; a crash in the middle leaves at most a
-// temporary file that nothing reads.
+// The node's own files (node-id, node.json, maps) are replaced atomically through
+// package atomicfile, durably but for the maps (verified whenever read) and a
+// record's mounted flag (a power cut unmounts everything anyway); a crash in the
+// middle leaves at most a temporary file that nothing reads.
 //
 // On Open, everything a previous daemon left mounted or attached under the root is
 // torn down (ext4 mounts, loop devices backed by volume files, the dead FUSE mount),
