@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/slacker-dev/slacker/internal/api"
@@ -16,19 +14,26 @@ import (
 
 // ContainerdSlacker is containerd 1.6 with slackerd's snapshotter as its proxy
 // plugin "slacker": images are published as Slacker images (convert and push on
-// a publishing node sharing the store), pulled by nerdctl (which passes the layer
-// labels) and run by ctr through containerd, which mounts the snapshots lazily
-// instead of unpacking layers.
+// a publishing node sharing the store), pulled through containerd's client with
+// the layer labels CRI gives a snapshotter, and run by ctr through containerd,
+// which mounts the snapshots lazily instead of unpacking layers.
 type ContainerdSlacker struct {
 	s *Slacker
 	c *Containerd
+	// puller is slacker-stargz (bench/stargz), whose pull is the one containerd
+	// client HelloBench pulls both Slacker and stargz images with.
+	puller string
 }
 
 // NewContainerdSlacker returns the system; o is slackerd's (store and node under
-// o.Dir), ctrdDir containerd's (keep it short: it holds sockets).
-func NewContainerdSlacker(o SlackerOptions, ctrdDir string) (*ContainerdSlacker, error) {
-	if _, err := exec.LookPath("nerdctl"); err != nil {
-		return nil, fmt.Errorf("slacker-containerd pulls with nerdctl (scripts/setup.sh builds it)")
+// o.Dir), ctrdDir containerd's (keep it short: it holds sockets), puller the
+// slacker-stargz binary (FindStargzBinary) whose pull it pulls with.
+func NewContainerdSlacker(o SlackerOptions, ctrdDir, puller string) (*ContainerdSlacker, error) {
+	if puller == "" {
+		return nil, fmt.Errorf("slacker-containerd pulls with slacker-stargz pull (scripts/setup.sh builds bin/slacker-stargz from bench/stargz)")
+	}
+	if _, err := os.Stat(puller); err != nil {
+		return nil, fmt.Errorf("slacker-containerd: %w (scripts/setup.sh builds bin/slacker-stargz from bench/stargz)", err)
 	}
 	o.Snapshotter = true
 	s, err := NewSlacker(o)
@@ -39,7 +44,7 @@ func NewContainerdSlacker(o SlackerOptions, ctrdDir string) (*ContainerdSlacker,
 	if err != nil {
 		return nil, err
 	}
-	return &ContainerdSlacker{s: s, c: c}, nil
+	return &ContainerdSlacker{s: s, c: c, puller: puller}, nil
 }
 
 // SlackerContainerdName is the system's name in results.
@@ -109,27 +114,20 @@ func (x *ContainerdSlacker) Cold(ctx context.Context) error {
 	return err
 }
 
-// Pull pulls with nerdctl, as a user of containerd would: its client unpacker
-// passes the layer's annotations to the snapshotter as labels (as CRI does with
-// snapshot annotations on), so slackerd prepares the image's snapshot from the
-// label and containerd neither downloads nor applies the few-KB Slacker layer;
-// ctr 1.6 does both (docs/containerd.md). The registry is named in a hosts.toml
-// as plain HTTP, so that nerdctl makes no HTTPS attempt first.
+// Pull pulls as CRI does: containerd's client unpacker with the CRI plugin's layer
+// labels (slacker-stargz pull --labels cri), which also passes the Slacker layer's
+// own annotation to the snapshotter as a label, so slackerd prepares the image's
+// snapshot from it and containerd neither downloads nor applies the few-KB Slacker
+// layer (docs/containerd.md). stargz is pulled by the same client with its own
+// labels, so that neither system pays a heavier client than the other: nerdctl,
+// which a user at a shell would run, took some 30 ms more per pull at 1 Gbit/s
+// (docs/hellobench.md, "Slacker through containerd").
 func (x *ContainerdSlacker) Pull(ctx context.Context, ref string) (time.Duration, error) {
 	if x.c.c == nil {
 		return 0, fmt.Errorf("containerd is not running (Cold first)")
 	}
-	hosts := filepath.Join(x.c.o.Dir, "hosts")
-	host, _, _ := strings.Cut(ref, "/")
-	if err := os.MkdirAll(filepath.Join(hosts, host), 0o755); err != nil {
-		return 0, err
-	}
-	toml := fmt.Sprintf("server = \"http://%s\"\n\n[host.\"http://%s\"]\n  capabilities = [\"pull\", \"resolve\"]\n", host, host)
-	if err := os.WriteFile(filepath.Join(hosts, host, "hosts.toml"), []byte(toml), 0o644); err != nil {
-		return 0, err
-	}
-	r, err := must(ctx, "nerdctl", "--address", x.c.c.Socket, "--namespace", "bench", "--data-root", filepath.Join(x.c.o.Dir, "nerdctl"),
-		"--snapshotter", "slacker", "--hosts-dir", hosts, "pull", "--quiet", ref)
+	r, err := must(ctx, x.puller, "pull", "--address", x.c.c.Socket, "--namespace", "bench",
+		"--snapshotter", "slacker", "--labels", "cri", "--plain-http", ref)
 	if err == nil {
 		x.c.pulled[ref] = true
 	}

@@ -42,7 +42,7 @@ func BenchmarkColdPullRun(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cs, err := rig.NewContainerdSlacker(rig.SlackerOptions{Dir: filepath.Join(dir, "cs"), Slacker: slacker, Slackerd: slackerd}, filepath.Join(dir, "c1"))
+	cs, err := rig.NewContainerdSlacker(rig.SlackerOptions{Dir: filepath.Join(dir, "cs"), Slacker: slacker, Slackerd: slackerd}, filepath.Join(dir, "c1"), testenv.StargzBinary(b))
 	if err != nil {
 		b.Fatal(err)
 	}

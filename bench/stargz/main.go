@@ -11,7 +11,7 @@
 // main written on the packages it does serve.
 //
 //	slacker-stargz serve   --root DIR --address SOCK [--insecure HOST:PORT ...]
-//	slacker-stargz pull    --address CONTAINERD.SOCK [--namespace NS] [--plain-http] REF
+//	slacker-stargz pull    --address CONTAINERD.SOCK [--namespace NS] [--snapshotter NAME] [--labels stargz|cri] [--plain-http] REF
 //	slacker-stargz convert --layout DIR --tag TAG --out DIR [--prioritized FILE]
 package main
 
@@ -53,7 +53,7 @@ func main() {
 func usage() {
 	fmt.Fprint(os.Stderr, `usage:
   slacker-stargz serve   --root DIR --address SOCK [--insecure HOST:PORT ...]
-  slacker-stargz pull    --address CONTAINERD.SOCK [--namespace NS] [--snapshotter NAME] [--plain-http] REF
+  slacker-stargz pull    --address CONTAINERD.SOCK [--namespace NS] [--snapshotter NAME] [--labels stargz|cri] [--plain-http] REF
   slacker-stargz convert --layout DIR --tag TAG --out DIR [--prioritized FILE]
 `)
 	os.Exit(2)

@@ -379,12 +379,12 @@ func (h *harness) makeSystems(specs []SystemSpec) error {
 			// slacker.
 			dir := filepath.Join(h.o.Dir, sp.Name)
 			s, err = rig.NewContainerdSlacker(rig.SlackerOptions{Dir: dir, Slacker: h.o.Slacker, Slackerd: h.o.Slackerd,
-				DaemonArgs: h.o.SlackerdArgs, Store: h.o.Store}, filepath.Join(h.o.Dir, "ctrd-sc"))
+				DaemonArgs: h.o.SlackerdArgs, Store: h.o.Store}, filepath.Join(h.o.Dir, "ctrd-sc"), h.o.Stargz)
 			store := h.res.Profile.Store
 			if h.o.Store == "" {
 				store = filepath.Join(dir, "store")
 			}
-			detail = "containerd 1.6 + runc, pulled by nerdctl and run by ctr, snapshotter slacker (slackerd's proxy plugin; layers prepared from the image's labels), store " + store
+			detail = "containerd 1.6 + runc, pulled through containerd's client with CRI's layer labels (slacker-stargz pull, as stargz is) and run by ctr, snapshotter slacker (slackerd's proxy plugin; layers prepared from the image's labels), store " + store
 		case rig.StargzName:
 			// slacker-stargz serve under Dir/stargz, containerd under Dir/ctrd-sz with
 			// it as the proxy snapshotter "stargz"; the registry is the baseline's.

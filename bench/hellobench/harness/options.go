@@ -48,7 +48,8 @@ type Options struct {
 	KeepDir        bool
 	// Slacker and Slackerd are the binaries; SlackerdArgs extra daemon flags.
 	Slacker, Slackerd string
-	// Stargz is slacker-stargz (bench/stargz), for the system "stargz".
+	// Stargz is slacker-stargz (bench/stargz): the system "stargz", and the
+	// containerd client both "stargz" and "slacker-containerd" pull with.
 	Stargz       string
 	SlackerdArgs []string
 	// Store is Slacker's chunk store location ("" = a directory on the node).
