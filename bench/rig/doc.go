@@ -9,7 +9,9 @@
 //     snapshotter, containerd with slackerd's snapshotter ("slacker-containerd"),
 //     and containerd with stargz-snapshotter ("stargz", eStargz images, run by
 //     bin/slacker-stargz from bench/stargz; FileWatch records the files a run
-//     reads, to optimize them as ctr-remote optimize does). Each System publishes an image to a
+//     reads, to optimize them as ctr-remote optimize does); both remote
+//     snapshotters are pulled by one client, slacker-stargz pull, each with its
+//     own layer labels. Each System publishes an image to a
 //     registry, makes its node cold (fresh state, page cache dropped), pulls, runs
 //     and mounts a writable container root; a Starter starts a container in the
 //     background, and StartContainer with a Container watches one, whoever made it;
