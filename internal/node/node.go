@@ -474,8 +474,11 @@ func (n *Node) Map(ctx context.Context, id digest.Digest) (*blockmap.Map, error)
 // StoredMap is Map for a snapshot that must still be in the store (a pull): a map
 // the node kept is checked against the store (the snapshot may have been collected
 // since), a map just fetched from the store is not asked about again. Over a link
-// with a 20 ms round trip the check is 20 ms of every first pull otherwise.
+// with a 20 ms round trip the check is 20 ms of every first pull otherwise. The
+// snapshot's start-up trace is fetched meanwhile, for the start that follows a
+// pull (FetchTraceAhead).
 func (n *Node) StoredMap(ctx context.Context, id digest.Digest) (*blockmap.Map, error) {
+	n.FetchTraceAhead(id)
 	m, fetched, err := n.mapOf(ctx, id)
 	if err != nil || fetched {
 		return m, err

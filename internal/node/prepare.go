@@ -6,12 +6,23 @@ import (
 	"time"
 
 	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/store"
 )
 
 // DefaultPrepareHold is how long a root PrepareImage made waits for its container
 // before it is left to linger as any idle root: the start-up window, so that a
 // start recorded from the preparation is recorded whole.
 const DefaultPrepareHold = 30 * time.Second
+
+// FetchTraceAhead has the start-up trace of snapshot fetched in the background,
+// ahead of a start expected soon (a pull names the snapshot), so that the start's
+// replay need not wait a round trip for it (prefetch.Engine.FetchTraceAhead).
+func (n *Node) FetchTraceAhead(snapshot digest.Digest) {
+	if store.CheckDigest(snapshot) == nil {
+		n.prefetch.FetchTraceAhead(snapshot)
+	}
+}
 
 // PrepareImage readies the image snapshot, in the background, for a container
 // expected soon (its image was just pulled): in the shared root mode, it mounts

@@ -89,8 +89,9 @@ type Engine struct {
 	mu      sync.Mutex // guards closed, readers, and loads.Add against Close
 	closed  bool
 	readers map[*Reader]struct{}
-	loads   sync.WaitGroup // background loads
-	bg      sync.WaitGroup // start-up trace lookups, replays and writes
+	loads   sync.WaitGroup                // background loads
+	bg      sync.WaitGroup                // start-up trace lookups, replays and writes
+	ahead   map[digest.Digest]*traceAhead // traces fetched ahead of their start (guarded by mu)
 
 	readahead, replayed, fetched, busy, tracesReplayed, tracesRecorded atomic.Int64
 }
@@ -106,7 +107,8 @@ func New(c Cache, opts Options) *Engine {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Engine{cache: c, opts: opts, log: log, slots: make(chan struct{}, opts.Slots), readers: map[*Reader]struct{}{}}
+	return &Engine{cache: c, opts: opts, log: log, slots: make(chan struct{}, opts.Slots), readers: map[*Reader]struct{}{},
+		ahead: map[digest.Digest]*traceAhead{}}
 }
 
 // Stats returns the engine's counters.

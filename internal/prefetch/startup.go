@@ -187,9 +187,13 @@ func (s *startup) recordFiles(on bool) {
 	}
 }
 
-// get reads and decodes the trace of snapshot.
+// get reads and decodes the trace of snapshot: the one fetched ahead, if any
+// (FetchTraceAhead), else the store's.
 func (s *startup) get(ctx context.Context, snapshot digest.Digest) (*trace.Trace, error) {
-	b, err := s.r.e.opts.Traces.GetRef(ctx, trace.RefName(snapshot))
+	b, err, ok := s.r.e.takeTraceAhead(ctx, snapshot)
+	if !ok {
+		b, err = s.r.e.opts.Traces.GetRef(ctx, trace.RefName(snapshot))
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -44,6 +44,8 @@ type Node interface {
 	Store() store.Store
 	// PrepareImage readies an image's shared root for a container expected soon.
 	PrepareImage(snapshot digest.Digest)
+	// FetchTraceAhead fetches an image's start-up trace for a start expected soon.
+	FetchTraceAhead(snapshot digest.Digest)
 	// DefaultSize is the size of the blank filesystems MakeFilesystem(ctx, 0) makes.
 	DefaultSize() int64
 }
@@ -351,6 +353,9 @@ func (s *Snapshotter) prepareRemote(ctx context.Context, key, parent, target str
 	start := time.Now()
 	if err := store.CheckDigest(snap); err != nil {
 		return fmt.Errorf("label %s=%q: %w", labels.LayerSnapshot, snap, errdefs.ErrInvalidArgument)
+	}
+	if via == "label" { // a Slacker image's one layer: its start comes next
+		s.n.FetchTraceAhead(snap)
 	}
 	// The block map must be in the store this node reads: fail the pull with advice
 	// rather than let containerd unpack the placeholder layer.
