@@ -18,7 +18,8 @@
 //     trace replays it, its chunks loaded ahead in trace order, at most
 //     ReplayParallel loads in flight (so that what start-up reads first arrives
 //     first), within ReplayBudget, and readahead pauses meanwhile (the trace
-//     already knows what start-up reads).
+//     already knows what start-up reads). A pull may have the trace fetched
+//     ahead (FetchTraceAhead), so that the start's lookup finds it there.
 //
 // Background loads run on the Engine, one per node, which bounds how many run at
 // once (a load that finds every slot busy is not queued: the caller asks again at
