@@ -121,7 +121,7 @@ func (x *ContainerdSlacker) Cold(ctx context.Context) error {
 // layer (docs/containerd.md). stargz is pulled by the same client with its own
 // labels, so that neither system pays a heavier client than the other: nerdctl,
 // which a user at a shell would run, took some 30 ms more per pull at 1 Gbit/s
-// (docs/hellobench.md, "Slacker through containerd").
+// (docs/hellobench.md, where it lists the systems).
 func (x *ContainerdSlacker) Pull(ctx context.Context, ref string) (time.Duration, error) {
 	if x.c.c == nil {
 		return 0, fmt.Errorf("containerd is not running (Cold first)")
