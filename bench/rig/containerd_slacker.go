@@ -120,8 +120,8 @@ func (x *ContainerdSlacker) Cold(ctx context.Context) error {
 // snapshot from it and containerd neither downloads nor applies the few-KB Slacker
 // layer (docs/containerd.md). stargz is pulled by the same client with its own
 // labels, so that neither system pays a heavier client than the other: nerdctl,
-// which a user at a shell would run, took some 30 ms more per pull at 1 Gbit/s
-// (docs/hellobench.md, where it lists the systems).
+// which a user at a shell would run, pulled slower by its own start-up and work
+// (docs/hellobench/README.md compares the runs).
 func (x *ContainerdSlacker) Pull(ctx context.Context, ref string) (time.Duration, error) {
 	if x.c.c == nil {
 		return 0, fmt.Errorf("containerd is not running (Cold first)")
