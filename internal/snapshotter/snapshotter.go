@@ -748,7 +748,10 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 		Size     int64         `json:"size"`
 		Snapshot digest.Digest `json:"snapshot"`
 	}
-	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &saved) == nil && saved.Size == s.o.Size {
+	// The size recorded is the filesystem's (Options.Size or the node's default);
+	// a record written before it was, with 0 for the default, still matches.
+	if b, err := os.ReadFile(path); err == nil && json.Unmarshal(b, &saved) == nil &&
+		(saved.Size == s.baseSize() || saved.Size == s.o.Size) {
 		if _, err := s.n.Map(ctx, saved.Snapshot); err == nil {
 			s.base = saved.Snapshot
 			return s.base, nil
@@ -756,7 +759,7 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 		s.log.Warn("blank-base-missing", "snapshot", saved.Snapshot, "reason", "not in the store; making a new one")
 	}
 	if d, ok := s.sharedBase(ctx); ok {
-		saved.Size, saved.Snapshot = s.o.Size, d
+		saved.Size, saved.Snapshot = s.baseSize(), d
 		b, _ := json.Marshal(saved)
 		if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 			return "", err
@@ -790,7 +793,7 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	if err != nil {
 		return "", s.mapError(err)
 	}
-	saved.Size, saved.Snapshot = s.o.Size, res.ID
+	saved.Size, saved.Snapshot = s.baseSize(), res.ID
 	b, _ := json.Marshal(saved)
 	if err := atomicfile.WriteFile(path, b, 0o600); err != nil {
 		return "", err
@@ -805,14 +808,20 @@ func (s *Snapshotter) blankBase(ctx context.Context) (digest.Digest, error) {
 	return s.base, nil
 }
 
-// baseRefName names the store record of the blank base that the nodes of a store
-// share, by the size of its filesystem (Options.Size, or the node's default).
-func (s *Snapshotter) baseRefName() string {
-	size := s.o.Size
-	if size <= 0 {
-		size = s.n.DefaultSize()
+// baseSize is the size of the blank base's filesystem: Options.Size, or the
+// node's default. Records of the base name and hold this size, so that a node
+// left at the default and one set to the default's value share one base.
+func (s *Snapshotter) baseSize() int64 {
+	if s.o.Size > 0 {
+		return s.o.Size
 	}
-	return fmt.Sprintf("containerd/blank-base/%d", size)
+	return s.n.DefaultSize()
+}
+
+// baseRefName names the store record of the blank base that the nodes of a store
+// share, by the size of its filesystem (baseSize).
+func (s *Snapshotter) baseRefName() string {
+	return fmt.Sprintf("containerd/blank-base/%d", s.baseSize())
 }
 
 // sharedBase returns the blank base another node of the store made and recorded,
@@ -836,7 +845,9 @@ func (s *Snapshotter) sharedBase(ctx context.Context) (digest.Digest, bool) {
 		Size     int64         `json:"size"`
 		Snapshot digest.Digest `json:"snapshot"`
 	}
-	if json.Unmarshal(b, &rec) != nil || rec.Size != s.o.Size || rec.Snapshot.Validate() != nil {
+	// The record's size is its filesystem's; 0 in records written before it was,
+	// by a node at its default, which the record's name says was this size.
+	if json.Unmarshal(b, &rec) != nil || (rec.Size != s.baseSize() && rec.Size != 0) || rec.Snapshot.Validate() != nil {
 		s.log.Warn("blank-base-record-unreadable", "record", s.baseRefName(), "err", "malformed")
 		return "", false
 	}

@@ -413,10 +413,10 @@ func TestBlankBaseSharedThroughTheStore(t *testing.T) {
 		}
 		return string(b)
 	}
-	second := func(prefix string) (string, *logBuffer) {
+	second := func(prefix string, size int64) (string, *logBuffer) {
 		t.Helper()
 		dir, logs := t.TempDir(), &logBuffer{}
-		sn, err := snapshotter.New(f.d.Node, snapshotter.Options{Dir: dir, VolumePrefix: prefix,
+		sn, err := snapshotter.New(f.d.Node, snapshotter.Options{Dir: dir, VolumePrefix: prefix, Size: size,
 			Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 		if err != nil {
 			t.Fatal(err)
@@ -425,11 +425,20 @@ func TestBlankBaseSharedThroughTheStore(t *testing.T) {
 		sn.Warm(f.ctx)
 		return dir, logs
 	}
-	dir2, logs2 := second("ctrd2-")
+	dir2, logs2 := second("ctrd2-", 0)
 	if logs2.count("blank-base-found") != 1 || logs2.count("blank-base-made") != 0 {
 		t.Fatalf("second snapshotter did not take the recorded base: %s", logs2.b.String())
 	}
 	if a, b := baseOf(f.dir), baseOf(dir2); a != b {
+		t.Fatalf("bases differ: %s and %s", a, b)
+	}
+	// A node whose size is set to the default's value names the same record and
+	// takes it: the record holds the filesystem's size, not the option's.
+	dirSized, logsSized := second("ctrd4-", f.d.Node.DefaultSize())
+	if logsSized.count("blank-base-found") != 1 || logsSized.count("blank-base-made") != 0 {
+		t.Fatalf("a snapshotter sized at the default did not take the recorded base: %s", logsSized.b.String())
+	}
+	if a, b := baseOf(f.dir), baseOf(dirSized); a != b {
 		t.Fatalf("bases differ: %s and %s", a, b)
 	}
 
@@ -451,7 +460,7 @@ func TestBlankBaseSharedThroughTheStore(t *testing.T) {
 	if err := refs.PutRef(f.ctx, name, bytes.ReplaceAll(old, []byte(wasBase.Snapshot), []byte(gone))); err != nil {
 		t.Fatal(err)
 	}
-	dir3, logs3 := second("ctrd3-")
+	dir3, logs3 := second("ctrd3-", 0)
 	if logs3.count("blank-base-missing") != 1 || logs3.count("blank-base-made") != 1 {
 		t.Fatalf("third snapshotter: %s", logs3.b.String())
 	}
@@ -459,7 +468,7 @@ func TestBlankBaseSharedThroughTheStore(t *testing.T) {
 	if err != nil || string(b) != baseOf(dir3) || strings.Contains(string(b), gone.String()) {
 		t.Fatalf("the record was not replaced by the new base: %s, %v", b, err)
 	}
-	for _, p := range []string{"ctrd2-", "ctrd3-"} {
+	for _, p := range []string{"ctrd2-", "ctrd3-", "ctrd4-"} {
 		if err := deleteVolumes(f.d.Node, p); err != nil {
 			t.Error(err)
 		}
