@@ -9,6 +9,7 @@ import (
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,7 +79,10 @@ func TestPushPull(t *testing.T) {
 // TestRoundTrips counts what a push and a pull ask of the registry: over a link with
 // a 20 ms round trip each request is 20 ms of every deployment. One ping per push or
 // pull (one pusher or puller for all its requests); a pull is the ping, the manifest
-// and the blob; with Insecure no HTTPS connection is attempted.
+// and the blob. With Insecure (plain HTTP) and no credentials, a pull is the
+// manifest and the blob on one connection: no ping, no HTTPS attempt; the snapshot
+// the manifest names is told (SnapshotNamed) before the blob is asked for. A
+// plain-HTTP registry that wants a token after all gets the usual handshake.
 func TestRoundTrips(t *testing.T) {
 	ctx := context.Background()
 	reg := startRegistry(t)
@@ -89,11 +93,23 @@ func TestRoundTrips(t *testing.T) {
 	var mu sync.Mutex
 	var requests []string
 	conns := 0
+	wantToken := false // the front asks for a bearer token, as a registry with auth does
 	proxy := httputil.NewSingleHostReverseProxy(target)
 	front := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		requests = append(requests, r.Method+" "+r.URL.Path)
+		token := wantToken
 		mu.Unlock()
+		if token && r.URL.Path == "/token" {
+			w.Header().Set("Content-Type", "application/json")
+			fmt.Fprint(w, `{"token":"t"}`)
+			return
+		}
+		if token && r.Header.Get("Authorization") != "Bearer t" {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="http://`+r.Host+`/token",service="test"`)
+			w.WriteHeader(http.StatusUnauthorized)
+			return
+		}
 		proxy.ServeHTTP(w, r)
 	}))
 	front.Config.ConnState = func(_ net.Conn, s http.ConnState) {
@@ -132,20 +148,37 @@ func TestRoundTrips(t *testing.T) {
 	if reqs, pings, _ := counted(func() error { _, err := Push(ctx, ref, d, Options{}); return err }); pings != 1 {
 		t.Fatalf("a push pinged the registry %d times, want 1: %q", pings, reqs)
 	}
-	for _, insecure := range []bool{false, true} {
-		reqs, pings, n := counted(func() error {
-			got, _, err := Pull(ctx, ref, Options{Insecure: insecure})
+	pull := func(insecure bool) func() error {
+		return func() error {
+			var named digest.Digest
+			var requestsWhenNamed int
+			got, _, err := Pull(ctx, ref, Options{Insecure: insecure, SnapshotNamed: func(s digest.Digest) {
+				mu.Lock()
+				named, requestsWhenNamed = s, len(requests)
+				mu.Unlock()
+			}})
 			if err == nil && got.Snapshot != d.Snapshot {
 				err = fmt.Errorf("pulled snapshot %s, want %s", got.Snapshot, d.Snapshot)
 			}
+			if err == nil && (named != d.Snapshot || requests[requestsWhenNamed-1] != "GET /v2/slacker/rt/manifests/v1") {
+				err = fmt.Errorf("SnapshotNamed told %q after %q, want %s right after the manifest", named, requests[:requestsWhenNamed], d.Snapshot)
+			}
 			return err
-		})
-		if pings != 1 || len(reqs) != 3 {
-			t.Fatalf("insecure=%v: a pull made %d requests (%d pings), want 3 (one ping, the manifest, the blob): %q", insecure, len(reqs), pings, reqs)
 		}
-		if insecure && n != 1 {
-			t.Fatalf("insecure pull opened %d connections, want 1 (no HTTPS attempt)", n)
-		}
-		t.Logf("insecure=%v: %d requests, %d connections", insecure, len(reqs), n)
+	}
+	reqs, pings, _ := counted(pull(false))
+	if pings != 1 || len(reqs) != 3 {
+		t.Fatalf("a pull made %d requests (%d pings), want 3 (one ping, the manifest, the blob): %q", len(reqs), pings, reqs)
+	}
+	reqs, pings, n := counted(pull(true))
+	if pings != 0 || len(reqs) != 2 || n != 1 {
+		t.Fatalf("a plain-HTTP pull made %d requests (%d pings) on %d connections, want 2 (the manifest, the blob) on 1: %q", len(reqs), pings, n, reqs)
+	}
+	mu.Lock()
+	wantToken = true
+	mu.Unlock()
+	reqs, pings, _ = counted(pull(true))
+	if pings != 1 || !slices.Contains(reqs, "GET /token") {
+		t.Fatalf("a plain-HTTP registry that wants a token: %q, want the refused manifest, then the ping, the token, the manifest and the blob", reqs)
 	}
 }
