@@ -13,5 +13,10 @@
 // says how to convert it: there is no silent fallback. Credentials come from the
 // Docker config (~/.docker/config.json, credential helpers) and token auth, through
 // go-containerregistry; loopback and private-network registries are spoken to over
-// plain HTTP, as Docker does for them.
+// plain HTTP, as Docker does for them. A registry set to plain HTTP (Insecure) for
+// which no credentials are configured is asked for the manifest without the ping
+// that learns how it authenticates, as containerd's resolver asks; a 401 or 403
+// falls back to the ping and its challenge. Pull tells its caller the snapshot the
+// manifest names before it reads the layer (Options.SnapshotNamed), so that the
+// snapshot's lookup can go beside the layer's fetch.
 package registry
