@@ -202,9 +202,12 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 	// begins as soon as the manifest names it, beside the Slacker layer's fetch
 	// from the registry: over a link with a 20 ms round trip, the lookup's round
 	// trips no longer follow the layer's.
+	// A lookup begun for a pull that then fails is cancelled on return.
+	lookupCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var ahead *snapshotLookup
 	opts := e.regOpts()
-	opts.SnapshotNamed = func(id digest.Digest) { ahead = e.lookupSnapshot(ctx, id) }
+	opts.SnapshotNamed = func(id digest.Digest) { ahead = e.lookupSnapshot(lookupCtx, id) }
 	d, res, err := registry.Pull(ctx, ref, opts)
 	if errors.Is(err, registry.ErrNotSlacker) {
 		if d, res, ok := e.pullAttached(ctx, ref); ok {
@@ -220,7 +223,7 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 		return nil, nil, err
 	}
 	if ahead == nil || ahead.id != d.Snapshot { // a manifest that named another snapshot than its layer's
-		ahead = e.lookupSnapshot(ctx, d.Snapshot)
+		ahead = e.lookupSnapshot(lookupCtx, d.Snapshot)
 	}
 	if err := ahead.wait(); err != nil {
 		if errors.Is(err, errdefs.ErrNotFound) {
