@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -24,9 +25,11 @@ import (
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
-// background is a `slacker run` left running, its stdout read line by line.
+// background is a `slacker run` left running, its stdout read line by line; what
+// the test writes to stdin reaches a container run with -i.
 type background struct {
 	cmd   *exec.Cmd
+	stdin io.WriteCloser
 	mu    sync.Mutex
 	lines []string
 	done  chan struct{}
@@ -41,6 +44,9 @@ func runBackground(t *testing.T, p *testenv.Process, args ...string) *background
 	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := b.cmd.StdoutPipe()
 	if err != nil {
+		t.Fatal(err)
+	}
+	if b.stdin, err = b.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
 	}
 	var stderr bytes.Buffer
@@ -138,11 +144,14 @@ func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, ki
 	}
 
 	// Each writer writes files 0..files-1 with seq (read from the image), fsyncs
-	// each and prints its number; any error ends it with a non-zero status.
-	script := fmt.Sprintf(`set -e; i=0; while [ $i -lt %d ]; do seq $i $((i+2000)) > /data-$i; sync /data-$i; echo $i; i=$((i+1)); done`, files)
+	// each and prints its number; any error ends it with a non-zero status. After
+	// killAt files it waits for a line on stdin, so that none can finish before
+	// every container runs (starting 17 containers on a loaded machine took
+	// minutes once, and the writers that started first had ended).
+	script := fmt.Sprintf(`set -e; i=0; while [ $i -lt %d ]; do if [ $i -eq %d ]; then read go; fi; seq $i $((i+2000)) > /data-$i; sync /data-$i; echo $i; i=$((i+1)); done`, files, killAt)
 	writers := make([]*background, len(modes))
 	for i, mode := range modes {
-		writers[i] = runBackground(t, p, "run", "--root-mode", mode, "--name", fmt.Sprintf("writer%d", i), "debian:bookworm", "--", "sh", "-c", script)
+		writers[i] = runBackground(t, p, "run", "-i", "--root-mode", mode, "--name", fmt.Sprintf("writer%d", i), "debian:bookworm", "--", "sh", "-c", script)
 	}
 	sleeper := runBackground(t, p, "run", "--root-mode", modes[0], "--name", "sleeper", "debian:bookworm", "--", "sleep", "100000")
 	// On a failure, the containers go before slackerd does (a killed `slacker run`
@@ -152,11 +161,16 @@ func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, ki
 			p.CLI(t, append([]string{"rm", "-f", "sleeper"}, containerNames(len(modes))...)...)
 		}
 	})
-	deadline := time.Now().Add(3 * time.Minute)
+	deadline := time.Now().Add(5 * time.Minute)
 	for i, w := range writers {
 		for len(w.output()) < killAt {
+			select {
+			case <-w.done:
+				t.Fatalf("writer%d exited %d after %d files, before the kill\n%s", i, w.code, len(w.output()), p.Log())
+			default:
+			}
 			if time.Now().After(deadline) {
-				t.Fatalf("writer%d reported %d files in 3 minutes\n%s", i, len(w.output()), p.Log())
+				t.Fatalf("writer%d reported %d files in 5 minutes\n%s", i, len(w.output()), p.Log())
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
@@ -170,6 +184,12 @@ func surviveSlackerd(t *testing.T, layout, how string, modes []string, files, ki
 			t.Fatalf("running before: %q", out)
 		}
 		time.Sleep(50 * time.Millisecond)
+	}
+	// Every writer goes on, and slackerd goes at once: they write through the gap.
+	for i, w := range writers {
+		if _, err := io.WriteString(w.stdin, "go\n"); err != nil {
+			t.Fatalf("writer%d's stdin: %v", i, err)
+		}
 	}
 	if how == "upgrade" {
 		p.Handover()
