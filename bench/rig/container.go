@@ -31,6 +31,10 @@ type ContainerStats struct {
 	ReadBytes int64 `json:"read_bytes"`
 	// FetchedBytes is what its reads made the node fetch (-1: unknown).
 	FetchedBytes int64 `json:"fetched_bytes"`
+	// TracesReplayed is how many start-up traces the node replayed since it
+	// started (nil: unknown): on a node made for one sample, whether the start
+	// was a first run (0) or a traced one.
+	TracesReplayed *int64 `json:"traces_replayed,omitempty"`
 }
 
 // Starter is a System that can start a container in the background, so a harness

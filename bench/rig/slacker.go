@@ -113,7 +113,7 @@ func (s *Slacker) Store() string {
 func (s *Slacker) socket() string { return filepath.Join(s.root, "slackerd.sock") }
 
 // start starts slackerd on root (same store).
-func (s *Slacker) start(ctx context.Context, root string) error {
+func (s *Slacker) start(ctx context.Context, root string, extra ...string) error {
 	s.stop()
 	if err := os.MkdirAll(root, 0o700); err != nil {
 		return err
@@ -121,19 +121,21 @@ func (s *Slacker) start(ctx context.Context, root string) error {
 	s.root = root
 	s.client = api.NewClient(s.socket())
 	ready := func(ctx context.Context) bool { _, err := s.client.Info(ctx); return err == nil }
-	d, err := startDaemon(ctx, "slackerd", s.o.Slackerd, s.daemonArgs(root), filepath.Join(root, "slackerd.log"), ready)
+	d, err := startDaemon(ctx, "slackerd", s.o.Slackerd, s.daemonArgs(root, extra...), filepath.Join(root, "slackerd.log"), ready)
 	s.daemon = d
 	return err
 }
 
-// daemonArgs are slackerd's flags on root. The root mode comes after the extra
-// flags, so that the system is what its name says whatever they hold.
-func (s *Slacker) daemonArgs(root string) []string {
+// daemonArgs are slackerd's flags on root: the system's extra flags, then
+// extra. The root mode comes after them, so that the system is what its name says
+// whatever they hold.
+func (s *Slacker) daemonArgs(root string, extra ...string) []string {
 	args := []string{"--root", root, "--socket", s.socket(), "--store", s.Store()}
 	if !s.o.Snapshotter {
 		args = append(args, "--snapshotter-socket", "off")
 	}
 	args = append(args, s.o.DaemonArgs...)
+	args = append(args, extra...)
 	if s.o.RootMode != "" {
 		args = append(args, "--container-root", s.o.RootMode)
 	}
@@ -369,6 +371,9 @@ func (s *Slacker) Start(ctx context.Context, ref string, spec RunSpec) (*Contain
 				st.ReadBytes, st.FetchedBytes = out.Containers[0].Volume.BaseReadBytes, out.Containers[0].Volume.FetchedBytes
 			}
 		}
+		if ns, err := s.client.Stats(ctx); err == nil {
+			st.TracesReplayed = &ns.Prefetch.TracesReplayed
+		}
 		r, err = s.cli(ctx, nil, "rm", "-f", spec.Name)
 		if err == nil && r.ExitCode != 0 && !strings.Contains(r.Stderr, "no such container") {
 			err = fmt.Errorf("slacker rm %s: %s", spec.Name, strings.TrimSpace(r.Stderr))
@@ -406,8 +411,12 @@ func runtimeOf(stateRoot string) *runc.Runtime {
 // exist, so runc stops before it, leaving the container and its volume), the file
 // written into its root, `slacker commit` (which uploads the changed chunks to the
 // store) and `slacker push` of the new image's descriptor. Took is commit + push.
+// The publishing node records no start-up trace: its container never runs the
+// workload, and a trace of it (runc's few reads) would be replayed by the next
+// start of the image anywhere, a deployment sample's included, which would then
+// be neither a first run nor a traced one.
 func (s *Slacker) PushChange(ctx context.Context, img Image, ref string, ch Change) (PushResult, error) {
-	if err := s.start(ctx, filepath.Join(s.o.Dir, "publish")); err != nil {
+	if err := s.start(ctx, filepath.Join(s.o.Dir, "publish"), "--startup-trace", "off"); err != nil {
 		return PushResult{}, err
 	}
 	defer s.stop()

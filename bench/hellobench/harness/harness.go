@@ -798,7 +798,7 @@ func (h *harness) sample(ctx context.Context, t task, run, seq int) (s Sample) {
 	rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), removeTimeout)
 	st, rerr := c.Remove(rctx)
 	rcancel()
-	s.ReadBytes = st.ReadBytes
+	s.ReadBytes, s.TracesReplayed = st.ReadBytes, st.TracesReplayed
 	if tc, ok := sys.(rig.TrafficCounter); ok {
 		if tr, err := tc.Traffic(context.WithoutCancel(ctx)); err == nil {
 			s.RegistryBytes, s.StoreBytes = tr.RegistryBytes, tr.StoreBytes

@@ -192,6 +192,9 @@ type Sample struct {
 	// ReadBytes is how much of the image the container read (-1: the system
 	// cannot tell).
 	ReadBytes int64 `json:"read_bytes"`
+	// TracesReplayed is how many start-up traces the sample's node replayed
+	// (absent: the system cannot tell): 0 for a first run.
+	TracesReplayed *int64 `json:"traces_replayed,omitempty"`
 }
 
 // Fetched is everything the node moved for the sample's pull and run.

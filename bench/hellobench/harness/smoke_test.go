@@ -122,6 +122,19 @@ func TestSmoke(t *testing.T) {
 				if s.System == "slacker" && s.ReadBytes <= 0 {
 					t.Errorf("slacker %s: read %d bytes of the image", s.Cycle, s.ReadBytes)
 				}
+				// Without a warm-up a deployment is a first run, whether or not the
+				// development cycle (whose change container runs on the publishing
+				// node) came before it; after one, it replays the warm-up's trace.
+				if s.System == "slacker" && s.Cycle == harness.Deployment {
+					switch {
+					case s.TracesReplayed == nil:
+						t.Errorf("slacker deployment: the sample does not say whether it replayed a trace")
+					case !tc.optimize && *s.TracesReplayed != 0:
+						t.Errorf("slacker deployment without a warm-up replayed %d traces", *s.TracesReplayed)
+					case tc.optimize && *s.TracesReplayed == 0:
+						t.Errorf("slacker deployment after the warm-up replayed no trace")
+					}
+				}
 			}
 			published, optimized := 0, 0
 			for _, p := range res.Publish {
