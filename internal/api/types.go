@@ -180,10 +180,13 @@ type FetchStats struct {
 type PrefetchStats struct {
 	ReadaheadChunks int64 `json:"readahead_chunks"` // chunks fetched ahead of sequential readers
 	ReplayedChunks  int64 `json:"replayed_chunks"`  // chunks fetched by start-up trace replays
-	FetchedBytes    int64 `json:"fetched_bytes"`    // bytes both moved from the store
-	Busy            int64 `json:"busy"`             // loads not started: every slot was busy
-	TracesReplayed  int64 `json:"traces_replayed"`
-	TracesRecorded  int64 `json:"traces_recorded"`
+	// FirstStartChunks are chunks fetched near the reads of starts that had no
+	// trace to replay.
+	FirstStartChunks int64 `json:"first_start_chunks"`
+	FetchedBytes     int64 `json:"fetched_bytes"` // bytes all three moved from the store
+	Busy             int64 `json:"busy"`          // loads not started: every slot was busy
+	TracesReplayed   int64 `json:"traces_replayed"`
+	TracesRecorded   int64 `json:"traces_recorded"`
 }
 
 // NodeStats are node-wide counters.

@@ -86,6 +86,12 @@ type Daemon struct {
 	// container's ext4 reads ahead of what is asked, which a lazily read volume
 	// fetches (default 1MiB; docs/design.md, "The guest's readahead").
 	VolumeReadahead string `toml:"volume_readahead"`
+	// FirstStartReadahead is what a container's start loads after each of its
+	// reads of the image while the image has no start-up trace to replay (its
+	// first start anywhere, or one that records a new trace), when the store is
+	// 5 ms or more away: default 1MiB, "off" for nothing. docs/design.md, "A
+	// first start reads near what it read".
+	FirstStartReadahead string `toml:"first_start_readahead"`
 	// FUSEHold is how long the node's FUSE connection, kept by a holder process,
 	// waits for a new slackerd after this one dies or hands over (default 1m);
 	// the containers' reads and writes wait meanwhile, and fail after it. "off": no
@@ -160,6 +166,7 @@ type Resolved struct {
 	ImageRootLinger                 time.Duration // 0: off
 	FUSEHold                        time.Duration // 0: off (no holder)
 	VolumeReadahead                 int64         // bytes; 0: the node's default
+	FirstStartReadahead             int64         // bytes; 0: the node's default; negative: off
 }
 
 // Resolve checks d and parses its values.
@@ -287,6 +294,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if d.VolumeReadahead != "" {
 		if r.VolumeReadahead, err = units.ParseBytes(d.VolumeReadahead); err != nil || r.VolumeReadahead < 4096 || r.VolumeReadahead%4096 != 0 || r.VolumeReadahead > 16<<20 {
 			return r, fmt.Errorf("volume_readahead %q: want a multiple of 4KiB between 4KiB and 16MiB, such as 128KiB", d.VolumeReadahead)
+		}
+	}
+	switch d.FirstStartReadahead {
+	case "":
+	case "off":
+		r.FirstStartReadahead = -1
+	default:
+		if r.FirstStartReadahead, err = units.ParseBytes(d.FirstStartReadahead); err != nil || r.FirstStartReadahead <= 0 || r.FirstStartReadahead > 64<<20 {
+			return r, fmt.Errorf("first_start_readahead %q: want a size up to 64MiB such as 1MiB, or off", d.FirstStartReadahead)
 		}
 	}
 	switch d.FUSEHold {

@@ -197,3 +197,21 @@ func TestVolumeReadahead(t *testing.T) {
 		}
 	}
 }
+
+func TestFirstStartReadahead(t *testing.T) {
+	const bad = -2
+	for value, want := range map[string]int64{"": 0, "off": -1, "256KiB": 256 << 10, "1MiB": 1 << 20, "0": bad, "128MiB": bad, "lots": bad} {
+		d := Defaults()
+		d.Root, d.FirstStartReadahead = t.TempDir(), value
+		r, err := d.Resolve()
+		if want == bad {
+			if err == nil || !strings.Contains(err.Error(), "first_start_readahead") {
+				t.Errorf("%q: err %v, want one naming first_start_readahead", value, err)
+			}
+			continue
+		}
+		if err != nil || r.FirstStartReadahead != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.FirstStartReadahead, err, want)
+		}
+	}
+}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -34,6 +36,10 @@ type Fetcher struct {
 	opts Options
 	log  *slog.Logger
 	sem  chan struct{}
+
+	rtMu   sync.Mutex
+	recent [roundTripReads]time.Duration // the last reads' times, a ring
+	nRead  int                           // reads noted in recent, in all
 
 	fetched  atomic.Int64
 	requests atomic.Int64
@@ -111,6 +117,30 @@ func (f *Fetcher) Object(ctx context.Context, d digest.Digest) ([]byte, error) {
 	return f.Fetch(ctx, blockmap.Chunk{Digest: d, Size: -1})
 }
 
+// roundTripReads is how many of the last reads RoundTrip looks at.
+const roundTripReads = 16
+
+// RoundTrip estimates the store's round trip as this node sees it: the shortest
+// of its last 16 successful reads (0 before the first). A read takes a round trip
+// and its transfer, and the store's own time; the shortest of several, a small
+// object's (a block map, a metadata block), is near the round trip alone.
+func (f *Fetcher) RoundTrip() time.Duration {
+	f.rtMu.Lock()
+	defer f.rtMu.Unlock()
+	n := min(f.nRead, roundTripReads)
+	if n == 0 {
+		return 0
+	}
+	return slices.Min(f.recent[:n])
+}
+
+func (f *Fetcher) noteRead(took time.Duration) {
+	f.rtMu.Lock()
+	defer f.rtMu.Unlock()
+	f.recent[f.nRead%roundTripReads] = took
+	f.nRead++
+}
+
 // observe tells Options.Observe of a request begun at start.
 func (f *Fetcher) observe(op string, start time.Time, bytes int64, err error) {
 	if f.opts.Observe != nil {
@@ -125,6 +155,7 @@ func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error)
 	if err != nil {
 		return nil, err
 	}
+	f.noteRead(time.Since(start))
 	if c.Size >= 0 && int64(len(data)) != c.Size {
 		return nil, fmt.Errorf("chunk %s has %d bytes, the map says %d: object %w", c.Digest, len(data), c.Size, errdefs.ErrCorrupt)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/faultstore"
 	"github.com/slacker-dev/slacker/internal/store/local"
 )
 
@@ -125,5 +126,36 @@ func TestCancelledFetchIsCancelled(t *testing.T) {
 	_, err := f.Fetch(ctx, c)
 	if !errors.Is(err, context.Canceled) || errdefs.KindOf(err) != errdefs.Canceled {
 		t.Fatalf("got %v (kind %v), want context.Canceled", err, errdefs.KindOf(err))
+	}
+}
+
+// RoundTrip is the shortest of the last reads: 0 before any, about a store's
+// delay once it answers that slowly, and down again once it answers at once
+// (the slow reads age out of the last 16).
+func TestRoundTrip(t *testing.T) {
+	ctx := context.Background()
+	st, c := setup(t, 0, false)
+	fs := faultstore.New(st)
+	f := New(fs, Options{})
+	if rt := f.RoundTrip(); rt != 0 {
+		t.Fatalf("round trip %v before any read, want 0", rt)
+	}
+	remove := fs.Inject(faultstore.Fault{Ops: faultstore.OpGet, Delay: 20 * time.Millisecond})
+	for range 3 {
+		if _, err := f.Fetch(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rt := f.RoundTrip(); rt < 20*time.Millisecond {
+		t.Fatalf("round trip %v from reads delayed 20ms", rt)
+	}
+	remove()
+	for range roundTripReads {
+		if _, err := f.Fetch(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if rt := f.RoundTrip(); rt >= 20*time.Millisecond {
+		t.Fatalf("round trip %v after %d prompt reads", rt, roundTripReads)
 	}
 }

@@ -208,7 +208,7 @@ var (
 	descFailures = prometheus.NewDesc("slacker_store_failures_total",
 		"Chunk reads that failed for good after their retries (an EIO to the reader).", nil, nil)
 	descPrefetch = prometheus.NewDesc("slacker_prefetch_chunks_total",
-		"Chunks loaded ahead of their readers, by kind: readahead (sequential readers), replay (start-up traces).",
+		"Chunks loaded ahead of their readers, by kind: readahead (sequential readers), replay (start-up traces), first-start (near the reads of a start with no trace).",
 		[]string{"kind"}, nil)
 	descPrefetchBytes = prometheus.NewDesc("slacker_prefetch_bytes_total",
 		"Bytes loads ahead moved from the store.", nil, nil)
@@ -262,6 +262,7 @@ func (c nodeCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(descFailures, st.Fetch.Failures)
 	counter(descPrefetch, st.Prefetch.ReadaheadChunks, "readahead")
 	counter(descPrefetch, st.Prefetch.ReplayedChunks, "replay")
+	counter(descPrefetch, st.Prefetch.FirstStartChunks, "first-start")
 	counter(descPrefetchBytes, st.Prefetch.FetchedBytes)
 	counter(descPrefetchBusy, st.Prefetch.Busy)
 	counter(descTraces, st.Prefetch.TracesReplayed, "replayed")

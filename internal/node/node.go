@@ -81,6 +81,10 @@ type Config struct {
 	// DefaultVolumeReadahead. (It is always set: a loop device keeps the readahead
 	// its previous user left, 2.5 MiB on some here.)
 	VolumeReadahead int64
+	// FirstStartReadahead is what a start loads after each of its reads of an
+	// image that has no start-up trace to replay (prefetch.Options.FirstStartAhead:
+	// 0 its default, negative nothing).
+	FirstStartReadahead int64
 	// StartupWindow is how long a container volume's reads are recorded as its
 	// image's start-up trace (0: prefetch.DefaultStartupWindow; negative: no traces are
 	// recorded or replayed).
@@ -237,7 +241,8 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
-	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(), Logger: log}
+	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(),
+		FirstStartAhead: cfg.FirstStartReadahead, StoreRoundTrip: n.fetcher.RoundTrip, Logger: log}
 	if refs, ok := cfg.Store.(store.Refs); ok {
 		popts.Traces = refs
 	}

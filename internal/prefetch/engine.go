@@ -38,6 +38,18 @@ const DefaultStartupWindow = 30 * time.Second
 // is 6 MB; docs/BENCHMARKS.md) and is a quarter of the default memory tier.
 const DefaultMaxReadahead = 16 << 20
 
+// DefaultFirstStartAhead is what a start with no trace to replay loads after each
+// of its reads, for its start-up window, when its store is FirstStartMinRoundTrip
+// or more away (Options.FirstStartAhead; docs/design.md, "A first start reads
+// near what it read").
+const DefaultFirstStartAhead = 1 << 20
+
+// FirstStartMinRoundTrip is the store round trip from which a first start loads
+// near its reads. Nearer, a miss costs less than the bytes loaded near it do: at
+// 1 Gbit/s and 1 ms (a store that answers in 2-3 ms) the loads made first runs
+// slower, at 20 ms they took a third off them (docs/design.md).
+const FirstStartMinRoundTrip = 5 * time.Millisecond
+
 // DefaultReplayParallel bounds the loads one start-up trace replay has in flight:
 // 4 MiB of 256 KiB chunks, which keeps a 1 Gbit/s link with a few ms of round trip
 // busy, while the trace's first chunks arrive first (with every chunk requested
@@ -66,17 +78,29 @@ type Options struct {
 	// ReplayBudget bounds the bytes one trace replay loads ahead (64 MiB), so
 	// that a replay cannot evict what it loaded before the container reads it.
 	ReplayBudget int64
-	Logger       *slog.Logger
+	// FirstStartAhead is what a container root whose image has no start-up
+	// trace yet loads after each read of its base, for its start-up window
+	// (DefaultFirstStartAhead; negative: nothing), when StoreRoundTrip says the
+	// store is at least FirstStartMinRoundTrip away. What a program reads next
+	// is mostly near what it read: the files of one package lie together.
+	FirstStartAhead int64
+	// StoreRoundTrip estimates the store's round trip (fetch.Fetcher.RoundTrip;
+	// 0: not known yet). Nil: a first start never loads near its reads.
+	StoreRoundTrip func() time.Duration
+	Logger          *slog.Logger
 }
 
 // Stats are the node's counters of fetching ahead.
 type Stats struct {
 	ReadaheadChunks int64 `json:"readahead_chunks"` // chunks fetched ahead of sequential readers
 	ReplayedChunks  int64 `json:"replayed_chunks"`  // chunks fetched by start-up trace replays
-	FetchedBytes    int64 `json:"fetched_bytes"`    // bytes both moved from the store
-	Busy            int64 `json:"busy"`             // loads not started: every slot was busy
-	TracesReplayed  int64 `json:"traces_replayed"`  // start-up traces replayed
-	TracesRecorded  int64 `json:"traces_recorded"`  // start-up traces written to the store
+	// FirstStartChunks are chunks fetched near the reads of starts that had no
+	// trace to replay (Options.FirstStartAhead).
+	FirstStartChunks int64 `json:"first_start_chunks"`
+	FetchedBytes     int64 `json:"fetched_bytes"`   // bytes all three moved from the store
+	Busy             int64 `json:"busy"`            // loads not started: every slot was busy
+	TracesReplayed   int64 `json:"traces_replayed"` // start-up traces replayed
+	TracesRecorded   int64 `json:"traces_recorded"` // start-up traces written to the store
 }
 
 // Engine runs the node's background loads. Safe for concurrent use.
@@ -93,7 +117,7 @@ type Engine struct {
 	bg      sync.WaitGroup                // start-up trace lookups, replays and writes
 	ahead   map[digest.Digest]*traceAhead // traces fetched ahead of their start (guarded by mu)
 
-	readahead, replayed, fetched, busy, tracesReplayed, tracesRecorded atomic.Int64
+	readahead, replayed, firstStart, fetched, busy, tracesReplayed, tracesRecorded atomic.Int64
 }
 
 // New returns an Engine loading into c.
@@ -103,6 +127,7 @@ func New(c Cache, opts Options) *Engine {
 	opts.StartupWindow = cmp.Or(opts.StartupWindow, DefaultStartupWindow)
 	opts.ReplayBudget = cmp.Or(max(opts.ReplayBudget, 0), 64<<20)
 	opts.ReplayParallel = cmp.Or(max(opts.ReplayParallel, 0), DefaultReplayParallel)
+	opts.FirstStartAhead = cmp.Or(opts.FirstStartAhead, DefaultFirstStartAhead)
 	log := opts.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -113,8 +138,9 @@ func New(c Cache, opts Options) *Engine {
 
 // Stats returns the engine's counters.
 func (e *Engine) Stats() Stats {
-	return Stats{ReadaheadChunks: e.readahead.Load(), ReplayedChunks: e.replayed.Load(), FetchedBytes: e.fetched.Load(),
-		Busy: e.busy.Load(), TracesReplayed: e.tracesReplayed.Load(), TracesRecorded: e.tracesRecorded.Load()}
+	return Stats{ReadaheadChunks: e.readahead.Load(), ReplayedChunks: e.replayed.Load(), FirstStartChunks: e.firstStart.Load(),
+		FetchedBytes: e.fetched.Load(),
+		Busy:         e.busy.Load(), TracesReplayed: e.tracesReplayed.Load(), TracesRecorded: e.tracesRecorded.Load()}
 }
 
 // Close stops every replay and recording, writing what each recording has so far

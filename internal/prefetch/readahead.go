@@ -1,9 +1,13 @@
 package prefetch
 
 import (
+	"slices"
+	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/blockmap"
 )
@@ -23,6 +27,72 @@ func (ra *readahead) pause(d time.Duration) {
 	ra.paused.Store(time.Now().Add(d).UnixNano())
 }
 
+// maxFirstStartChunks bounds the chunks a first start remembers having loaded
+// ahead (a few bytes each): past it, it loads no more ahead.
+const maxFirstStartChunks = 1 << 16
+
+// firstStart is a Reader's loading near its reads while its start has no trace to
+// replay (Options.FirstStartAhead).
+type firstStart struct {
+	until     atomic.Int64 // load near reads until then (unix ns; 0: not at all)
+	mu        sync.Mutex
+	requested map[int]bool // base chunks loaded ahead, or found cached
+}
+
+// begin turns loading near reads on until the deadline.
+func (fs *firstStart) begin(until time.Time) {
+	fs.mu.Lock()
+	if fs.requested == nil {
+		fs.requested = map[int]bool{}
+	}
+	fs.mu.Unlock()
+	fs.until.Store(until.UnixNano())
+}
+
+// stop turns it off.
+func (fs *firstStart) stop() { fs.until.Store(0) }
+
+// nearRead is called before each read of the base that ends at end in chunk
+// skip, while the reader's start records a trace because there was none to
+// replay: the other chunks of the next FirstStartAhead bytes of the base are
+// loaded in the background, each once. A first start's reads are dependent (a directory, then an inode, then the
+// file; a library, then the next it links), each a round trip to the store when
+// it misses, and most land near an earlier one: the files of a package were
+// unpacked together, and lie together in the image (docs/design.md, "A first
+// start reads near what it read").
+func (r *Reader) nearRead(end int64, skip digest.Digest) {
+	fs := &r.first
+	if until := fs.until.Load(); until == 0 || time.Now().UnixNano() > until {
+		return
+	}
+	m := r.base
+	limit := end + r.e.opts.FirstStartAhead
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	var cs []blockmap.Chunk
+	var idx []int
+	i := sort.Search(len(m.Extents), func(i int) bool { return m.Extents[i].End() > end })
+	for ; i < len(m.Extents) && m.Extents[i].Offset < limit; i++ {
+		c := m.Extents[i].Chunk
+		if fs.requested[c] || slices.Contains(idx, c) || m.Chunks[c].Digest == skip {
+			continue
+		}
+		if len(fs.requested)+len(idx) >= maxFirstStartChunks {
+			break
+		}
+		cs, idx = append(cs, m.Chunks[c]), append(idx, c)
+	}
+	if len(cs) == 0 {
+		return
+	}
+	// Remember only what the engine took: the rest is asked for again at the
+	// next read near it.
+	took := r.e.load(r, cs, &r.e.firstStart)
+	for _, c := range idx[:took] {
+		fs.requested[c] = true
+	}
+}
+
 // readahead is called before each read of the base, from off to the end of its
 // last piece pc. When reads follow one another through the volume, the chunks
 // that come next are requested in the background (cache hits included, so the
@@ -40,6 +110,7 @@ func (r *Reader) readahead(off int64, pc blockmap.Piece) {
 	}
 	size := max(pc.Chunk.Size, BlockSize)
 	end := pc.Offset + pc.Length
+	r.nearRead(end, pc.Chunk.Digest)
 	ra.mu.Lock()
 	defer ra.mu.Unlock()
 	near := ra.end > 0 && off >= ra.end-size && off <= ra.end+size

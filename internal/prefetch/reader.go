@@ -43,7 +43,8 @@ type Reader struct {
 	base   *blockmap.Map
 	volume string
 
-	ra readahead
+	ra    readahead
+	first firstStart
 
 	baseRead, fetched, hits, misses atomic.Int64
 

@@ -156,6 +156,10 @@ func (s *startup) lookup() {
 	if !gone {
 		// Record until the window closes, or until the volume goes first.
 		s.timer = time.AfterFunc(max(0, e.opts.StartupWindow-time.Since(start)), s.write)
+		if e.firstStartAhead() && old == nil {
+			// Until a trace is replayed (a fallback's, below), load near the reads.
+			s.r.first.begin(time.Now().Add(max(0, e.opts.StartupWindow-time.Since(start))))
+		}
 	}
 	s.mu.Unlock()
 	if gone { // the container was done before the lookup was
@@ -178,6 +182,12 @@ func (s *startup) lookup() {
 			return
 		}
 	}
+}
+
+// firstStartAhead says whether a start with no trace loads near its reads: on,
+// with a store far enough for a miss to cost more than the bytes loaded.
+func (e *Engine) firstStartAhead() bool {
+	return e.opts.FirstStartAhead > 0 && e.opts.StoreRoundTrip != nil && e.opts.StoreRoundTrip() >= FirstStartMinRoundTrip
 }
 
 // recordFiles tells the file side, if any, whether this start records a trace.
@@ -210,6 +220,7 @@ func (s *startup) get(ctx context.Context, snapshot digest.Digest) (*trace.Trace
 func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 	r, e := s.r, s.r.e
 	r.ra.pause(max(0, e.opts.StartupWindow-time.Since(start)))
+	r.first.stop()
 	e.tracesReplayed.Add(1)
 	if s.files != nil && len(t.Files) > 0 {
 		e.goBackground(&e.bg, func() { s.files.Replay(t.Files) })
@@ -301,6 +312,7 @@ func (s *startup) end() {
 	}
 	s.mu.Lock()
 	s.gone = true
+	s.r.first.stop()
 	if s.timer != nil {
 		s.timer.Stop()
 	}

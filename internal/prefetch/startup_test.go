@@ -359,3 +359,81 @@ func TestReplayKeepsAWindowInOrder(t *testing.T) {
 		}
 	}
 }
+
+// A start with no trace to replay, on a store far enough away, loads the chunks
+// of the FirstStartAhead bytes after each of its reads (not the read's own),
+// each once; on a nearer store, or once a trace exists and is replayed, it loads
+// nothing near its reads.
+func TestFirstStartLoadsNearItsReads(t *testing.T) {
+	ctx := context.Background()
+	const chunk = 64 << 10
+	m := chunkedMap(64, chunk)
+	snapshot := digest.FromString("image")
+	far := func() time.Duration { return 20 * time.Millisecond }
+	near := func() time.Duration { return time.Millisecond }
+	read := func(r *Reader, i int) {
+		t.Helper()
+		if err := r.ReadAt(ctx, make([]byte, 100), int64(i)*chunk+10); err != nil {
+			t.Fatal(err)
+		}
+		r.e.loads.Wait()
+	}
+	loaded := func(f *fakeCache, is ...int) {
+		t.Helper()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for i, c := range m.Chunks {
+			if want := slices.Contains(is, i); f.requested[c.Digest] != want {
+				t.Errorf("chunk %d requested %v, want %v", i, f.requested[c.Digest], want)
+			}
+		}
+	}
+
+	// Far: after a read of chunk 10, chunks 11 and 12 are loaded; after one of
+	// 11, 13 (12 was); a read elsewhere, 41 and 42.
+	st := traceStore(t)
+	f1 := newFakeCache()
+	e1 := New(f1, Options{Traces: st, FirstStartAhead: 2 * chunk, StoreRoundTrip: far})
+	r1 := e1.Open("first", m)
+	r1.BeginStartup(snapshot, nil, nil)
+	waitRecording(t, r1)
+	read(r1, 10)
+	loaded(f1, 10, 11, 12)
+	read(r1, 11)
+	read(r1, 40)
+	loaded(f1, 10, 11, 12, 13, 40, 41, 42)
+	if got := e1.Stats().FirstStartChunks; got != 5 {
+		t.Errorf("first-start chunks %d, want 5", got)
+	}
+	if st := r1.Stats(); st.FetchedBytes != 7*chunk {
+		t.Errorf("the reader's fetched bytes %d, want its 2 reads' that missed (11 had been loaded) and the 5 loaded near them, %d", st.FetchedBytes, 7*chunk)
+	}
+	r1.Close() // the trace is written
+	e1.Close(ctx)
+
+	// Near: nothing but what is read.
+	f2 := newFakeCache()
+	e2 := New(f2, Options{Traces: traceStore(t), FirstStartAhead: 2 * chunk, StoreRoundTrip: near})
+	defer e2.Close(ctx)
+	r2 := e2.Open("near", m)
+	defer r2.Close()
+	r2.BeginStartup(snapshot, nil, nil)
+	waitRecording(t, r2)
+	read(r2, 10)
+	read(r2, 40)
+	loaded(f2, 10, 40)
+
+	// Far, with the trace of the first start: it is replayed, and reads load
+	// nothing near them.
+	f3 := newFakeCache()
+	e3 := New(f3, Options{Traces: st, FirstStartAhead: 2 * chunk, StoreRoundTrip: far})
+	defer e3.Close(ctx)
+	r3 := e3.Open("traced", m)
+	defer r3.Close()
+	r3.BeginStartup(snapshot, nil, nil)
+	waitReplayed(t, e3, 1)
+	read(r3, 20)
+	if es := e3.Stats(); es.FirstStartChunks != 0 {
+		t.Errorf("a start replaying a trace loaded %d chunks near its reads", es.FirstStartChunks)
+	}
+}
