@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"slices"
 	"sync"
@@ -121,9 +122,10 @@ func (f *Fetcher) Object(ctx context.Context, d digest.Digest) ([]byte, error) {
 const roundTripReads = 16
 
 // RoundTrip estimates the store's round trip as this node sees it: the shortest
-// of its last 16 successful reads (0 before the first). A read takes a round trip
-// and its transfer, and the store's own time; the shortest of several, a small
-// object's (a block map, a metadata block), is near the round trip alone.
+// time to first byte of its last 16 reads (0 before the first). A read's first
+// byte comes a round trip and the store's own time after the request (two round
+// trips on a new connection), before the transfer, so that a slow link does not
+// pass for a far store.
 func (f *Fetcher) RoundTrip() time.Duration {
 	f.rtMu.Lock()
 	defer f.rtMu.Unlock()
@@ -141,6 +143,36 @@ func (f *Fetcher) noteRead(took time.Duration) {
 	f.nRead++
 }
 
+// firstByte is a store whose reads note their time to first byte (RoundTrip).
+type firstByte struct {
+	store.Store
+	f     *Fetcher
+	start time.Time
+}
+
+func (s firstByte) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
+	rc, err := s.Store.Get(ctx, d)
+	if err != nil {
+		return nil, err
+	}
+	return &firstByteReader{ReadCloser: rc, s: s}, nil
+}
+
+type firstByteReader struct {
+	io.ReadCloser
+	s     firstByte
+	noted bool
+}
+
+func (r *firstByteReader) Read(p []byte) (int, error) {
+	n, err := r.ReadCloser.Read(p)
+	if n > 0 && !r.noted {
+		r.noted = true
+		r.s.f.noteRead(time.Since(r.s.start))
+	}
+	return n, err
+}
+
 // observe tells Options.Observe of a request begun at start.
 func (f *Fetcher) observe(op string, start time.Time, bytes int64, err error) {
 	if f.opts.Observe != nil {
@@ -150,12 +182,11 @@ func (f *Fetcher) observe(op string, start time.Time, bytes int64, err error) {
 
 func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	start := time.Now()
-	data, err := store.ReadAllSized(ctx, f.st, c.Digest, c.Size)
+	data, err := store.ReadAllSized(ctx, firstByte{Store: f.st, f: f, start: start}, c.Digest, c.Size)
 	f.observe("get", start, int64(len(data)), err)
 	if err != nil {
 		return nil, err
 	}
-	f.noteRead(time.Since(start))
 	if c.Size >= 0 && int64(len(data)) != c.Size {
 		return nil, fmt.Errorf("chunk %s has %d bytes, the map says %d: object %w", c.Digest, len(data), c.Size, errdefs.ErrCorrupt)
 	}

@@ -87,7 +87,7 @@ type Options struct {
 	// StoreRoundTrip estimates the store's round trip (fetch.Fetcher.RoundTrip;
 	// 0: not known yet). Nil: a first start never loads near its reads.
 	StoreRoundTrip func() time.Duration
-	Logger          *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Stats are the node's counters of fetching ahead.

@@ -65,6 +65,10 @@ func (r *Reader) nearRead(end int64, skip digest.Digest) {
 	if until := fs.until.Load(); until == 0 || time.Now().UnixNano() > until {
 		return
 	}
+	// Asked at each read: the estimate settles as the start's own reads come in.
+	if r.e.opts.StoreRoundTrip() < FirstStartMinRoundTrip {
+		return
+	}
 	m := r.base
 	limit := end + r.e.opts.FirstStartAhead
 	fs.mu.Lock()

@@ -156,7 +156,7 @@ func (s *startup) lookup() {
 	if !gone {
 		// Record until the window closes, or until the volume goes first.
 		s.timer = time.AfterFunc(max(0, e.opts.StartupWindow-time.Since(start)), s.write)
-		if e.firstStartAhead() && old == nil {
+		if e.opts.FirstStartAhead > 0 && e.opts.StoreRoundTrip != nil && old == nil {
 			// Until a trace is replayed (a fallback's, below), load near the reads.
 			s.r.first.begin(time.Now().Add(max(0, e.opts.StartupWindow-time.Since(start))))
 		}
@@ -182,12 +182,6 @@ func (s *startup) lookup() {
 			return
 		}
 	}
-}
-
-// firstStartAhead says whether a start with no trace loads near its reads: on,
-// with a store far enough for a miss to cost more than the bytes loaded.
-func (e *Engine) firstStartAhead() bool {
-	return e.opts.FirstStartAhead > 0 && e.opts.StoreRoundTrip != nil && e.opts.StoreRoundTrip() >= FirstStartMinRoundTrip
 }
 
 // recordFiles tells the file side, if any, whether this start records a trace.
