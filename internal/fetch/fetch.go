@@ -39,7 +39,7 @@ type Fetcher struct {
 	sem  chan struct{}
 
 	rtMu   sync.Mutex
-	recent [roundTripReads]time.Duration // the last reads' times, a ring
+	recent [roundTripReads]time.Duration // the last reads' times to first byte, a ring
 	nRead  int                           // reads noted in recent, in all
 
 	fetched  atomic.Int64

@@ -19,7 +19,11 @@
 //     ReplayParallel loads in flight (so that what start-up reads first arrives
 //     first), within ReplayBudget, and readahead pauses meanwhile (the trace
 //     already knows what start-up reads). A pull may have the trace fetched
-//     ahead (FetchTraceAhead), so that the start's lookup finds it there.
+//     ahead (FetchTraceAhead), so that the start's lookup finds it there;
+//   - first starts: a start that found no trace to replay loads the chunks of
+//     the FirstStartAhead bytes after each of its reads, each once, while the
+//     store's round trip (Options.StoreRoundTrip) is FirstStartMinRoundTrip or
+//     more: what a first start reads next mostly lies near what it read.
 //
 // Background loads run on the Engine, one per node, which bounds how many run at
 // once (a load that finds every slot busy is not queued: the caller asks again at

@@ -55,11 +55,11 @@ func (fs *firstStart) stop() { fs.until.Store(0) }
 // nearRead is called before each read of the base that ends at end in chunk
 // skip, while the reader's start records a trace because there was none to
 // replay: the other chunks of the next FirstStartAhead bytes of the base are
-// loaded in the background, each once. A first start's reads are dependent (a directory, then an inode, then the
-// file; a library, then the next it links), each a round trip to the store when
-// it misses, and most land near an earlier one: the files of a package were
-// unpacked together, and lie together in the image (docs/design.md, "A first
-// start reads near what it read").
+// loaded in the background, each once. A first start's reads are dependent (a
+// directory, then an inode, then the file; a library, then the next it links),
+// each a round trip to the store when it misses, and most land near an earlier
+// one: the files of a package were unpacked together, and lie together in the
+// image (docs/design.md, "A first start reads near what it read").
 func (r *Reader) nearRead(end int64, skip digest.Digest) {
 	fs := &r.first
 	if until := fs.until.Load(); until == 0 || time.Now().UnixNano() > until {
