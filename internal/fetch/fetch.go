@@ -41,8 +41,6 @@ type Fetcher struct {
 	rtMu   sync.Mutex
 	recent [roundTripReads]time.Duration // the last reads' times to first byte, a ring
 	nRead  int                           // reads noted in recent, in all
-	rates  [roundTripReads]float64       // the last large reads' rates after first byte, a ring
-	nRate  int                           // rates noted, in all
 
 	fetched  atomic.Int64
 	requests atomic.Int64
@@ -138,34 +136,6 @@ func (f *Fetcher) RoundTrip() time.Duration {
 	return slices.Min(f.recent[:n])
 }
 
-// minRateRead is the smallest read whose rate Rate counts: a smaller one's
-// transfer is too short to time.
-const minRateRead = 64 << 10
-
-// Rate estimates the rate at which the store's data reaches this node, in bytes
-// (as read, after decompression) per second: the highest rate after first byte
-// of its last 16 reads of 64 KiB or more (0 before the first). Reads that share
-// the link each see a part of it, so this is at most the link's rate.
-func (f *Fetcher) Rate() float64 {
-	f.rtMu.Lock()
-	defer f.rtMu.Unlock()
-	n := min(f.nRate, roundTripReads)
-	if n == 0 {
-		return 0
-	}
-	return slices.Max(f.rates[:n])
-}
-
-func (f *Fetcher) noteRate(bytes int, transfer time.Duration) {
-	if bytes < minRateRead || transfer <= 0 {
-		return
-	}
-	f.rtMu.Lock()
-	defer f.rtMu.Unlock()
-	f.rates[f.nRate%roundTripReads] = float64(bytes) / transfer.Seconds()
-	f.nRate++
-}
-
 func (f *Fetcher) noteRead(took time.Duration) {
 	f.rtMu.Lock()
 	defer f.rtMu.Unlock()
@@ -173,13 +143,11 @@ func (f *Fetcher) noteRead(took time.Duration) {
 	f.nRead++
 }
 
-// firstByte is a store whose reads note their time to first byte (RoundTrip),
-// and keep it in ttfb for the caller to time the transfer after it (Rate).
+// firstByte is a store whose reads note their time to first byte (RoundTrip).
 type firstByte struct {
 	store.Store
 	f     *Fetcher
 	start time.Time
-	ttfb  *time.Duration
 }
 
 func (s firstByte) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error) {
@@ -200,8 +168,7 @@ func (r *firstByteReader) Read(p []byte) (int, error) {
 	n, err := r.ReadCloser.Read(p)
 	if n > 0 && !r.noted {
 		r.noted = true
-		*r.s.ttfb = time.Since(r.s.start)
-		r.s.f.noteRead(*r.s.ttfb)
+		r.s.f.noteRead(time.Since(r.s.start))
 	}
 	return n, err
 }
@@ -215,14 +182,10 @@ func (f *Fetcher) observe(op string, start time.Time, bytes int64, err error) {
 
 func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error) {
 	start := time.Now()
-	var ttfb time.Duration
-	data, err := store.ReadAllSized(ctx, firstByte{Store: f.st, f: f, start: start, ttfb: &ttfb}, c.Digest, c.Size)
+	data, err := store.ReadAllSized(ctx, firstByte{Store: f.st, f: f, start: start}, c.Digest, c.Size)
 	f.observe("get", start, int64(len(data)), err)
 	if err != nil {
 		return nil, err
-	}
-	if ttfb > 0 {
-		f.noteRate(len(data), time.Since(start)-ttfb)
 	}
 	if c.Size >= 0 && int64(len(data)) != c.Size {
 		return nil, fmt.Errorf("chunk %s has %d bytes, the map says %d: object %w", c.Digest, len(data), c.Size, errdefs.ErrCorrupt)

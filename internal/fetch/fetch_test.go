@@ -159,28 +159,3 @@ func TestRoundTrip(t *testing.T) {
 		t.Fatalf("round trip %v after %d prompt reads", rt, roundTripReads)
 	}
 }
-
-// Rate counts only reads large enough to time: none after small ones, a
-// positive rate after a 256 KiB one.
-func TestRate(t *testing.T) {
-	ctx := context.Background()
-	st, small := setup(t, 0, false)
-	f := New(st, Options{})
-	if _, err := f.Fetch(ctx, small); err != nil {
-		t.Fatal(err)
-	}
-	if r := f.Rate(); r != 0 {
-		t.Fatalf("rate %v after a %d-byte read, want 0 (too small to time)", r, small.Size)
-	}
-	big := bytes.Repeat([]byte("0123456789abcdef"), 16<<10)
-	d, err := store.PutBytes(ctx, st, big)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := f.Fetch(ctx, blockmap.Chunk{Digest: d, Size: int64(len(big))}); err != nil {
-		t.Fatal(err)
-	}
-	if r := f.Rate(); r <= 0 {
-		t.Fatalf("rate %v after a %d-byte read", r, len(big))
-	}
-}

@@ -242,8 +242,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("open node: %w", err)
 	}
 	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(),
-		FirstStartAhead: cfg.FirstStartReadahead, StoreRoundTrip: n.fetcher.RoundTrip,
-		StoreRate: n.fetcher.Rate, Logger: log}
+		FirstStartAhead: cfg.FirstStartReadahead, StoreRoundTrip: n.fetcher.RoundTrip, Logger: log}
 	if refs, ok := cfg.Store.(store.Refs); ok {
 		popts.Traces = refs
 	}

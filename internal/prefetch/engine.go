@@ -87,13 +87,7 @@ type Options struct {
 	// StoreRoundTrip estimates the store's round trip (fetch.Fetcher.RoundTrip;
 	// 0: not known yet). Nil: a first start never loads near its reads.
 	StoreRoundTrip func() time.Duration
-	// StoreRate estimates the rate at which the store's data arrives, bytes per
-	// second (fetch.Fetcher.Rate; 0: not known yet): a first start loads at most
-	// what arrives in one round trip after each read (the link's
-	// bandwidth-delay product), so that a slow link is not filled with guesses.
-	// Nil: FirstStartAhead whatever the rate.
-	StoreRate func() float64
-	Logger    *slog.Logger
+	Logger         *slog.Logger
 }
 
 // Stats are the node's counters of fetching ahead.

@@ -65,21 +65,12 @@ func (r *Reader) nearRead(end int64, skip digest.Digest) {
 	if until := fs.until.Load(); until == 0 || time.Now().UnixNano() > until {
 		return
 	}
-	// Asked at each read: the estimates settle as the start's own reads come in.
-	rt := r.e.opts.StoreRoundTrip()
-	if rt < FirstStartMinRoundTrip {
+	// Asked at each read: the estimate settles as the start's own reads come in.
+	if r.e.opts.StoreRoundTrip() < FirstStartMinRoundTrip {
 		return
 	}
-	ahead := r.e.opts.FirstStartAhead
-	if r.e.opts.StoreRate != nil {
-		rate := r.e.opts.StoreRate()
-		if rate <= 0 {
-			return // not known yet: the start's first chunk tells
-		}
-		ahead = min(ahead, int64(rate*rt.Seconds()))
-	}
 	m := r.base
-	limit := end + ahead
+	limit := end + r.e.opts.FirstStartAhead
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	var cs []blockmap.Chunk

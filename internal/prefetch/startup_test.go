@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"path/filepath"
 	"slices"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -423,22 +422,6 @@ func TestFirstStartLoadsNearItsReads(t *testing.T) {
 	read(r2, 10)
 	read(r2, 40)
 	loaded(f2, 10, 40)
-
-	// Far, on a link that brings one chunk per round trip: the next chunk only;
-	// before the rate is known, nothing.
-	var rate atomic.Int64
-	perChunk := func() float64 { return float64(rate.Load()) }
-	f4 := newFakeCache()
-	e4 := New(f4, Options{Traces: traceStore(t), FirstStartAhead: 4 * chunk, StoreRoundTrip: far, StoreRate: perChunk})
-	defer e4.Close(ctx)
-	r4 := e4.Open("slow", m)
-	defer r4.Close()
-	r4.BeginStartup(snapshot, nil, nil)
-	waitRecording(t, r4)
-	read(r4, 30)
-	rate.Store(int64(float64(chunk) / far().Seconds()))
-	read(r4, 10)
-	loaded(f4, 10, 11, 30)
 
 	// Far, with the trace of the first start: it is replayed, and reads load
 	// nothing near them.
