@@ -2,7 +2,6 @@ package prefetch
 
 import (
 	"slices"
-	"sort"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,22 +27,22 @@ func (ra *readahead) pause(d time.Duration) {
 }
 
 // maxFirstStartChunks bounds the chunks a first start remembers having loaded
-// ahead (a few bytes each): past it, it loads no more ahead.
-const maxFirstStartChunks = 1 << 16
+// ahead (a digest each; 4 GiB of 256 KiB chunks): past it, it loads no more ahead.
+const maxFirstStartChunks = 1 << 14
 
 // firstStart is a Reader's loading near its reads while its start has no trace to
 // replay (Options.FirstStartAhead).
 type firstStart struct {
 	until     atomic.Int64 // load near reads until then (unix ns; 0: not at all)
 	mu        sync.Mutex
-	requested map[int]bool // base chunks loaded ahead, or found cached
+	requested map[digest.Digest]bool // chunks loaded ahead, or found cached
 }
 
 // begin turns loading near reads on until the deadline.
 func (fs *firstStart) begin(until time.Time) {
 	fs.mu.Lock()
 	if fs.requested == nil {
-		fs.requested = map[int]bool{}
+		fs.requested = map[digest.Digest]bool{}
 	}
 	fs.mu.Unlock()
 	fs.until.Store(until.UnixNano())
@@ -69,22 +68,18 @@ func (r *Reader) nearRead(end int64, skip digest.Digest) {
 	if r.e.opts.StoreRoundTrip() < FirstStartMinRoundTrip {
 		return
 	}
-	m := r.base
-	limit := end + r.e.opts.FirstStartAhead
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	var cs []blockmap.Chunk
-	var idx []int
-	i := sort.Search(len(m.Extents), func(i int) bool { return m.Extents[i].End() > end })
-	for ; i < len(m.Extents) && m.Extents[i].Offset < limit; i++ {
-		c := m.Extents[i].Chunk
-		if fs.requested[c] || slices.Contains(idx, c) || m.Chunks[c].Digest == skip {
+	for _, pc := range r.base.Lookup(end, r.e.opts.FirstStartAhead) {
+		d := pc.Chunk.Digest
+		if pc.Hole || d == skip || fs.requested[d] || slices.ContainsFunc(cs, func(c blockmap.Chunk) bool { return c.Digest == d }) {
 			continue
 		}
-		if len(fs.requested)+len(idx) >= maxFirstStartChunks {
+		if len(fs.requested)+len(cs) >= maxFirstStartChunks {
 			break
 		}
-		cs, idx = append(cs, m.Chunks[c]), append(idx, c)
+		cs = append(cs, pc.Chunk)
 	}
 	if len(cs) == 0 {
 		return
@@ -92,8 +87,8 @@ func (r *Reader) nearRead(end int64, skip digest.Digest) {
 	// Remember only what the engine took: the rest is asked for again at the
 	// next read near it.
 	took := r.e.load(r, cs, &r.e.firstStart)
-	for _, c := range idx[:took] {
-		fs.requested[c] = true
+	for _, c := range cs[:took] {
+		fs.requested[c.Digest] = true
 	}
 }
 
