@@ -13,13 +13,16 @@
 //
 //   - Watch (fanotify, FAN_MARK_FILESYSTEM) reports each regular file opened on
 //     one filesystem, through any mount of it: the container's overlay opens the
-//     image root's files, and those opens are reported on the image root.
+//     image root's files, and those opens are reported on the image root. A file
+//     seen once is ignored from then on (an ignore mark on its inode), so a
+//     server opening one file per request pays for its first open only.
 //   - Recorder, on Watch, notes each file opened with its extents (FIEMAP) and,
 //     given the volume blocks the start read (the chunk trace's runs), returns the
 //     trace's files: each path with the byte ranges of it those blocks hold.
 //   - Warm opens a trace's files under a mount's root (openat2, resolved inside
-//     the root, regular files only) and asks the kernel to read their ranges
-//     ahead (FADV_WILLNEED), a few files at a time, in the trace's order.
+//     the root, regular files only) and reads their ranges into the page cache
+//     (FADV_RANDOM: those ranges, no readahead around them), a few files at a
+//     time, in the trace's order.
 //
 // Everything here is a hint: a wrong or stale trace costs reads, never what a
 // read returns. It needs Linux and root (fanotify on a filesystem, FIEMAP).

@@ -204,6 +204,54 @@ func TestRecordThroughOverlayThenWarm(t *testing.T) {
 }
 
 // Warm stops when its context ends.
+// A file opened again and again while watched (a server's page, opened for every
+// request) costs the kernel one event, not one per open: the watcher ignores a
+// file once it has seen it, through the overlay as through the root.
+func TestWatchIgnoresFilesSeen(t *testing.T) {
+	im := newImage(t)
+	reported := make(chan string, 16)
+	w, err := Watch(im.lower, func(path string, fd int) { reported <- path })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	const opens = 300
+	for i := range opens {
+		root := im.merged
+		if i%2 == 1 {
+			root = im.lower
+		}
+		f, err := os.Open(filepath.Join(root, "lib/small"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	// Events are read in order: once the next file is reported, every event of
+	// the opens before it has been read.
+	f, err := os.Open(filepath.Join(im.merged, "etc/passwd"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var got []string
+	for len(got) < 2 {
+		select {
+		case p := <-reported:
+			got = append(got, p)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("reported %v, then nothing for 10 s", got)
+		}
+	}
+	if !slices.Equal(got, []string{"/lib/small", "/etc/passwd"}) {
+		t.Fatalf("reported %v", got)
+	}
+	// The first open's event, and the few made before its file was ignored.
+	if n := w.events.Load(); n > 10 {
+		t.Fatalf("%d opens of one file made %d events: the file was not ignored once seen", opens, n)
+	}
+}
+
 func TestWarmStops(t *testing.T) {
 	im := newImage(t)
 	ctx, cancel := context.WithCancel(context.Background())

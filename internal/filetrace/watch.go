@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -18,14 +19,21 @@ import (
 // (FAN_MARK_FILESYSTEM), so a filesystem mounted once at Root is watched through
 // every mount of it: the bind mount a runtime makes inside a container's mount
 // namespace, and the lower layer of an overlay.
+//
+// Each file reported, or seen not to be a regular file, is then ignored (an
+// ignore mark on its inode), so that the kernel makes no more events of it: a
+// server that opens the same file for every request (nginx its page) while a
+// start is recorded would otherwise cost an event, a descriptor and a lookup per
+// open.
 type Watcher struct {
-	Root string
-	f    *os.File
-	fn   func(path string, fd int)
-	mu   sync.Mutex
-	seen map[string]bool
-	err  error
-	done chan struct{}
+	Root   string
+	f      *os.File
+	fn     func(path string, fd int)
+	mu     sync.Mutex
+	seen   map[string]bool
+	err    error
+	done   chan struct{}
+	events atomic.Int64 // events read, for tests
 }
 
 // Watch starts watching the filesystem mounted at root, calling fn (from one
@@ -75,7 +83,9 @@ func (w *Watcher) read() {
 			return
 		}
 		err = eachEvent(buf[:n], func(fd int) {
+			w.events.Add(1)
 			w.note(fd)
+			w.ignore(fd)
 			unix.Close(fd)
 		})
 		if err != nil {
@@ -83,6 +93,22 @@ func (w *Watcher) read() {
 			return
 		}
 	}
+}
+
+// ignore has the kernel make no more open events of the file behind an event's
+// descriptor, whatever mount it is opened through (the inode's ignore mask
+// applies to the filesystem's mark). It is a saving, not a rule: a mark refused
+// (a group's marks are bounded, fs.fanotify.max_user_marks) leaves the file's
+// events coming, and note skips them by path.
+func (w *Watcher) ignore(fd int) {
+	c, err := w.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	c.Control(func(group uintptr) {
+		unix.FanotifyMark(int(group), unix.FAN_MARK_ADD|unix.FAN_MARK_IGNORED_MASK|unix.FAN_MARK_IGNORED_SURV_MODIFY,
+			unix.FAN_OPEN|unix.FAN_OPEN_EXEC, fd, "")
+	})
 }
 
 var metaSize = int(unsafe.Sizeof(unix.FanotifyEventMetadata{}))
