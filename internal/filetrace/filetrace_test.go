@@ -203,7 +203,6 @@ func TestRecordThroughOverlayThenWarm(t *testing.T) {
 	}
 }
 
-// Warm stops when its context ends.
 // A file opened again and again while watched (a server's page, opened for every
 // request) costs the kernel one event, not one per open: the watcher ignores a
 // file once it has seen it, through the overlay as through the root.
@@ -252,6 +251,7 @@ func TestWatchIgnoresFilesSeen(t *testing.T) {
 	}
 }
 
+// Warm stops when its context ends.
 func TestWarmStops(t *testing.T) {
 	im := newImage(t)
 	ctx, cancel := context.WithCancel(context.Background())
