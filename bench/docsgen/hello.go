@@ -217,20 +217,11 @@ func init() {
 		}),
 		// publish-link SYSTEM: bytes that crossed the link away from the node while
 		// the system published every image.
-		"publish-link": helloRun(1, func(t *report.Table, a []string) (float64, error) {
-			var n int64
-			found := false
-			for _, p := range t.R.Publish {
-				if p.System == a[0] && p.OK && !p.Optimize {
-					n += p.LinkBytes
-					found = true
-				}
-			}
-			if !found || n == 0 {
-				return 0, fmt.Errorf("no publish of system %q across a link", a[0])
-			}
-			return float64(n), nil
-		}),
+		"publish-link": helloRun(1, func(t *report.Table, a []string) (float64, error) { return helloPublishLink(t, a[0], false) }),
+		// optimize-link SYSTEM: bytes that crossed the link away from the node while
+		// the system laid every image out for start-up (--optimize) and published it
+		// again: what a start-up layout adds to the store.
+		"optimize-link": helloRun(1, func(t *report.Table, a []string) (float64, error) { return helloPublishLink(t, a[0], true) }),
 		// run-gap: Slacker's run until ready minus overlayfs's (deployment).
 		"run-gap": helloRun(0, helloRunGap),
 		// link-time: the link time of the bytes Slacker moved at start-up (median
@@ -478,6 +469,23 @@ func workloadField(w *harness.WorkloadInfo, field string) (float64, error) {
 		return float64(w.DataBytes), nil
 	}
 	return 0, fmt.Errorf("%q: layers, compressed or data", field)
+}
+
+func helloPublishLink(t *report.Table, sys string, optimize bool) (float64, error) {
+	var n int64
+	for _, p := range t.R.Publish {
+		if p.System == sys && p.OK && p.Optimize == optimize {
+			n += p.LinkBytes
+		}
+	}
+	if n == 0 {
+		what := "publish"
+		if optimize {
+			what = "start-up layout"
+		}
+		return 0, fmt.Errorf("no %s of system %q across a link", what, sys)
+	}
+	return float64(n), nil
 }
 
 func helloPublish(t *report.Table, sys string) (float64, error) {

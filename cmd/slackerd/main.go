@@ -93,6 +93,7 @@ func command() *cobra.Command {
 			set("fuse-hold", &cfg.FUSEHold, flags.FUSEHold)
 			set("volume-readahead", &cfg.VolumeReadahead, flags.VolumeReadahead)
 			set("first-start-readahead", &cfg.FirstStartReadahead, flags.FirstStartReadahead)
+			set("startup-chunk-size", &cfg.StartupChunkSize, flags.StartupChunkSize)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
 			if f.Changed("graphdriver-shared-store") {
 				cfg.GraphDriver.SharedStore = sharedStore
@@ -125,6 +126,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.FUSEHold, "fuse-hold", "", "how long the node's FUSE connection waits for a new slackerd after this one dies or hands over (SIGUSR2), its containers' I/O waiting meanwhile (default 1m; \"off\": no holder, containers' I/O fails when slackerd dies)")
 	f.StringVar(&flags.VolumeReadahead, "volume-readahead", "", "the kernel's readahead on each mounted volume's loop device: how far a container's ext4 reads, and a lazy volume fetches, ahead of what is asked (default 1MiB)")
 	f.StringVar(&flags.FirstStartReadahead, "first-start-readahead", "", "what a start loads after each of its reads of an image with no start-up trace yet (its first start), for its start-up window, when the store is 5 ms or more away (default 1MiB; \"off\")")
+	f.StringVar(&flags.StartupChunkSize, "startup-chunk-size", "", "largest chunk a start-up layout (slacker optimize) gathers start-up data into (default 1MiB)")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
@@ -193,7 +195,7 @@ func run(cfg config.Daemon) error {
 		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
 		LocalImageFormat: node.LocalImageFormat(r.LocalImageFormat),
 		ImageRootLinger:  r.ImageRootLinger, VolumeReadahead: r.VolumeReadahead, FirstStartReadahead: r.FirstStartReadahead,
-		Fetch: fetchOpts, ObserveFUSE: observeFUSE, Holder: holder,
+		StartupChunkSize: r.StartupChunkSize, Fetch: fetchOpts, ObserveFUSE: observeFUSE, Holder: holder,
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
 				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},

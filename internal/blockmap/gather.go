@@ -3,6 +3,8 @@ package blockmap
 import (
 	"fmt"
 	"sort"
+
+	"github.com/opencontainers/go-digest"
 )
 
 // A start-up layout (docs/design.md) gathers the bytes a container reads at
@@ -24,11 +26,16 @@ type Gather struct {
 
 // PlanGathers plans a start-up layout of m. ranges are the byte ranges read at
 // start-up ([start, end), block-aligned, sorted and disjoint). Data of m inside
-// them is gathered, in volume order, into gathers of at most chunkSize bytes
-// (a multiple of BlockSize), except where it lies in a chunk of which at least
-// DenseShare is read (such a chunk is fetched whole anyway, with little waste).
-// Holes are left out. The gathers hold every gathered byte once.
-func PlanGathers(m *Map, ranges [][2]int64, chunkSize int64) ([]Gather, error) {
+// them is gathered into gathers of at most chunkSize bytes (a multiple of
+// BlockSize), except where it lies in a chunk at least chunkSize large of which
+// at least DenseShare is read (such a chunk is fetched whole anyway, with little
+// waste, and in one request as a gather would be). The pieces are ordered by
+// rank, the position of their chunk in the start-up trace (the order start-up
+// first read them; a chunk rank does not name goes last), then by volume offset,
+// so that the gathers a replay fetches first hold what start-up reads first; a
+// nil rank is volume order. Holes are left out. The gathers hold every gathered
+// byte once; a gather that would be one whole chunk of m is left out.
+func PlanGathers(m *Map, ranges [][2]int64, chunkSize int64, rank map[digest.Digest]int) ([]Gather, error) {
 	if chunkSize <= 0 || chunkSize%BlockSize != 0 {
 		return nil, fmt.Errorf("gather: chunk size %d is not a positive multiple of %d", chunkSize, BlockSize)
 	}
@@ -53,11 +60,26 @@ func PlanGathers(m *Map, ranges [][2]int64, chunkSize int64) ([]Gather, error) {
 	for _, p := range pieces {
 		read[index[p.Chunk]] += p.Length
 	}
-	var out []Gather
+	kept := pieces[:0]
 	for _, p := range pieces {
-		if float64(read[index[p.Chunk]]) >= DenseShare*float64(p.Chunk.Size) {
+		if p.Chunk.Size >= chunkSize && float64(read[index[p.Chunk]]) >= DenseShare*float64(p.Chunk.Size) {
 			continue
 		}
+		kept = append(kept, p)
+	}
+	pieces = kept
+	if rank != nil {
+		last := len(rank)
+		of := func(p Piece) int {
+			if r, ok := rank[p.Chunk.Digest]; ok {
+				return r
+			}
+			return last
+		}
+		sort.SliceStable(pieces, func(a, b int) bool { return of(pieces[a]) < of(pieces[b]) })
+	}
+	var out []Gather
+	for _, p := range pieces {
 		// Cut p where the current gather fills up.
 		for p.Length > 0 {
 			if len(out) == 0 || out[len(out)-1].Size == chunkSize {
@@ -74,7 +96,32 @@ func PlanGathers(m *Map, ranges [][2]int64, chunkSize int64) ([]Gather, error) {
 			p.Length -= n
 		}
 	}
-	return out, nil
+	// A gather that is one whole chunk would store that chunk again: the chunk
+	// stays (a layout of a laid-out image changes nothing).
+	kept2 := out[:0]
+	for _, g := range out {
+		if !wholeChunk(g) {
+			kept2 = append(kept2, g)
+		}
+	}
+	return kept2, nil
+}
+
+// wholeChunk says whether g's pieces are all of one chunk's bytes, each once (in
+// any order: a plan of another order would only store the chunk again, reshuffled).
+func wholeChunk(g Gather) bool {
+	c := g.Pieces[0].Chunk
+	ps := make([]Piece, len(g.Pieces))
+	copy(ps, g.Pieces)
+	sort.Slice(ps, func(a, b int) bool { return ps[a].ChunkOffset < ps[b].ChunkOffset })
+	var at int64
+	for _, p := range ps {
+		if p.Chunk != c || p.ChunkOffset != at {
+			return false
+		}
+		at += p.Length
+	}
+	return at == c.Size
 }
 
 // Regather returns m with the bytes of each gather read from chunks[i], the new
@@ -95,8 +142,6 @@ func Regather(m *Map, gathers []Gather, chunks []Chunk) (*Map, error) {
 			at += p.Length
 		}
 	}
-	if !sort.SliceIsSorted(patches, func(a, b int) bool { return patches[a].Offset < patches[b].Offset }) {
-		return nil, fmt.Errorf("regather: gathers out of volume order")
-	}
+	sort.Slice(patches, func(a, b int) bool { return patches[a].Offset < patches[b].Offset })
 	return Overlay(m, patches)
 }

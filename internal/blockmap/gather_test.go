@@ -91,7 +91,7 @@ func TestGatherPacksScatteredReads(t *testing.T) {
 	// and all of the fourth.
 	m, content := volumeOf(64, 16, func(int64) bool { return false })
 	ranges := [][2]int64{{1 * BlockSize, 2 * BlockSize}, {20 * BlockSize, 21 * BlockSize}, {40 * BlockSize, 41 * BlockSize}, {48 * BlockSize, 64 * BlockSize}}
-	gs, err := PlanGathers(m, ranges, 16*BlockSize)
+	gs, err := PlanGathers(m, ranges, 16*BlockSize, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,6 +115,44 @@ func TestGatherPacksScatteredReads(t *testing.T) {
 	}
 }
 
+func TestGatherLargerThanChunksInTraceOrder(t *testing.T) {
+	// 4 chunks of 16 blocks, start-up reads one block of the first and third and
+	// all of the second and fourth, first the fourth, then the third, the second
+	// and the first. Gathers of 64 blocks take the dense chunks too (each would be
+	// a request of its own), in the trace's order.
+	m, content := volumeOf(64, 16, func(int64) bool { return false })
+	ranges := [][2]int64{{1 * BlockSize, 2 * BlockSize}, {16 * BlockSize, 32 * BlockSize}, {40 * BlockSize, 41 * BlockSize}, {48 * BlockSize, 64 * BlockSize}}
+	rank := map[digest.Digest]int{m.Chunks[3].Digest: 0, m.Chunks[2].Digest: 1, m.Chunks[1].Digest: 2, m.Chunks[0].Digest: 3}
+	gs, err := PlanGathers(m, ranges, 64*BlockSize, rank)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(gs) != 1 || gs[0].Size != 34*BlockSize {
+		t.Fatalf("gathers %+v; want one of 34 blocks", gs)
+	}
+	var offsets []int64
+	for _, p := range gs[0].Pieces {
+		offsets = append(offsets, p.Offset/BlockSize)
+	}
+	if want := []int64{48, 40, 16, 1}; fmt.Sprint(offsets) != fmt.Sprint(want) {
+		t.Fatalf("pieces at blocks %v, want %v (the trace's order)", offsets, want)
+	}
+	before := readVolume(t, m, content)
+	out := regather(t, m, content, gs)
+	if !bytes.Equal(readVolume(t, out, content), before) {
+		t.Fatal("the re-laid volume reads differently")
+	}
+	seen := map[digest.Digest]bool{}
+	for _, r := range ranges {
+		for _, p := range out.Lookup(r[0], r[1]-r[0]) {
+			seen[p.Chunk.Digest] = true
+		}
+	}
+	if len(seen) != 1 {
+		t.Fatalf("start-up reads %d chunks after the layout, want 1", len(seen))
+	}
+}
+
 func TestGatherRandom(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 50 {
@@ -133,7 +171,17 @@ func TestGatherRandom(t *testing.T) {
 			}
 			b += n + int64(rng.IntN(6))
 		}
-		gs, err := PlanGathers(m, ranges, int64(1+rng.IntN(8))*BlockSize)
+		var rank map[digest.Digest]int
+		if i%2 == 1 { // a trace's order: the chunks shuffled
+			rank = map[digest.Digest]int{}
+			for j, k := range rng.Perm(len(m.Chunks)) {
+				if k%4 != 0 { // and some it does not name
+					rank[m.Chunks[k].Digest] = j
+				}
+			}
+		}
+		size := int64(1+rng.IntN(40)) * BlockSize
+		gs, err := PlanGathers(m, ranges, size, rank)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -141,6 +189,10 @@ func TestGatherRandom(t *testing.T) {
 		out := regather(t, m, content, gs)
 		if !bytes.Equal(readVolume(t, out, content), before) {
 			t.Fatalf("case %d: the re-laid volume reads differently", i)
+		}
+		// Laid out, there is nothing left to gather.
+		if again, err := PlanGathers(out, ranges, size, nil); err != nil || len(again) != 0 {
+			t.Fatalf("case %d: a second layout plans %d gathers (%v)", i, len(again), err)
 		}
 	}
 }
@@ -156,7 +208,7 @@ func TestPlanGathersRefuses(t *testing.T) {
 		{[][2]int64{{2 * BlockSize, 3 * BlockSize}, {0, BlockSize}}, BlockSize},
 		{[][2]int64{{BlockSize, BlockSize}}, BlockSize},
 	} {
-		if _, err := PlanGathers(m, tc.ranges, tc.chunkSize); err == nil {
+		if _, err := PlanGathers(m, tc.ranges, tc.chunkSize, nil); err == nil {
 			t.Errorf("%v, chunk size %d: accepted", tc.ranges, tc.chunkSize)
 		}
 	}

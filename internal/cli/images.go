@@ -94,8 +94,10 @@ in few chunks, and name the result NAME (default: IMAGE itself). What start-up r
 comes from the image's start-up trace, which the first container of the image records
 (within its first 30 s): run the image once, with its real command, before optimizing.
 The new image reads the same bytes; it is a new snapshot, with a trace of its own, so
-push it again. Start-up data scattered over chunks of which it reads little is copied
-into new chunks (docs/design.md, "Start-up layout"); the rest is shared with IMAGE.`,
+push it again. Start-up data is copied into new chunks of up to slackerd's
+startup_chunk_size (1 MiB), in the order start-up first read it, so that a start
+fetches it in few requests (docs/design.md, "Start-up layout"); the rest is shared
+with IMAGE.`,
 		Example: `  slacker run --rm myapp:v1            # records the start-up trace
   slacker optimize myapp:v1
   slacker push myapp:v1 registry.example.com/slacker/myapp:v1`,

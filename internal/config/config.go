@@ -92,6 +92,11 @@ type Daemon struct {
 	// 5 ms or more away: default 1MiB, "off" for nothing. docs/design.md, "A
 	// first start reads near what it read".
 	FirstStartReadahead string `toml:"first_start_readahead"`
+	// StartupChunkSize is the largest chunk a start-up layout (slacker optimize)
+	// gathers start-up data into (default 1MiB): larger than chunk_size, so that a
+	// replay of the re-laid image fetches its start-up data in a few requests.
+	// docs/design.md, "Start-up layout".
+	StartupChunkSize string `toml:"startup_chunk_size"`
 	// FUSEHold is how long the node's FUSE connection, kept by a holder process,
 	// waits for a new slackerd after this one dies or hands over (default 1m);
 	// the containers' reads and writes wait meanwhile, and fail after it. "off": no
@@ -167,6 +172,7 @@ type Resolved struct {
 	FUSEHold                        time.Duration // 0: off (no holder)
 	VolumeReadahead                 int64         // bytes; 0: the node's default
 	FirstStartReadahead             int64         // bytes; 0: the node's default; negative: off
+	StartupChunkSize                int64         // bytes; 0: the node's default
 }
 
 // Resolve checks d and parses its values.
@@ -294,6 +300,11 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if d.VolumeReadahead != "" {
 		if r.VolumeReadahead, err = units.ParseBytes(d.VolumeReadahead); err != nil || r.VolumeReadahead < 4096 || r.VolumeReadahead%4096 != 0 || r.VolumeReadahead > 16<<20 {
 			return r, fmt.Errorf("volume_readahead %q: want a multiple of 4KiB between 4KiB and 16MiB, such as 128KiB", d.VolumeReadahead)
+		}
+	}
+	if d.StartupChunkSize != "" {
+		if r.StartupChunkSize, err = units.ParseBytes(d.StartupChunkSize); err != nil || r.StartupChunkSize < 4096 || r.StartupChunkSize%4096 != 0 || r.StartupChunkSize > 64<<20 {
+			return r, fmt.Errorf("startup_chunk_size %q: want a multiple of 4KiB between 4KiB and 64MiB, such as 1MiB", d.StartupChunkSize)
 		}
 	}
 	switch d.FirstStartReadahead {

@@ -215,3 +215,21 @@ func TestFirstStartReadahead(t *testing.T) {
 		}
 	}
 }
+
+func TestStartupChunkSize(t *testing.T) {
+	const bad = -2
+	for value, want := range map[string]int64{"": 0, "256KiB": 256 << 10, "4MiB": 4 << 20, "0": bad, "6000": bad, "128MiB": bad, "big": bad} {
+		d := Defaults()
+		d.Root, d.StartupChunkSize = t.TempDir(), value
+		r, err := d.Resolve()
+		if want == bad {
+			if err == nil || !strings.Contains(err.Error(), "startup_chunk_size") {
+				t.Errorf("%q: err %v, want one naming startup_chunk_size", value, err)
+			}
+			continue
+		}
+		if err != nil || r.StartupChunkSize != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.StartupChunkSize, err, want)
+		}
+	}
+}

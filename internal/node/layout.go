@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"fmt"
 	"time"
@@ -72,7 +73,13 @@ func (n *Node) LayoutStartup(ctx context.Context, snapshot digest.Digest) (*Layo
 	}
 	res := &LayoutResult{Snapshot: snapshot}
 	res.ReadBytes, res.FetchBefore = startupCost(m, ranges)
-	gathers, err := blockmap.PlanGathers(m, ranges, n.cfg.ChunkSize)
+	rank := map[digest.Digest]int{}
+	for i, c := range t.BlockmapChunks() {
+		if _, ok := rank[c.Digest]; !ok {
+			rank[c.Digest] = i
+		}
+	}
+	gathers, err := blockmap.PlanGathers(m, ranges, cmp.Or(n.cfg.StartupChunkSize, DefaultStartupChunkSize), rank)
 	if err != nil {
 		return nil, fmt.Errorf("start-up layout of %s: %w", snapshot, err)
 	}

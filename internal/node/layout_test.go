@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/rand"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -127,6 +128,50 @@ func TestLayoutStartupGathersScatteredReads(t *testing.T) {
 	// Laying it out again gathers nothing.
 	again, err := n.LayoutStartup(ctx, res.Snapshot)
 	if err != nil || !again.Unchanged || again.Snapshot != res.Snapshot {
+		t.Fatalf("second layout: %+v, %v", again, err)
+	}
+}
+
+// Start-up reads four chunks whole and a little of four others, the last chunks
+// first. Laid out in chunks of up to 1 MiB (DefaultStartupChunkSize), the dense
+// chunks are gathered too: two requests instead of eight, the first holding what
+// start-up read first.
+func TestLayoutStartupGathersDenseChunksInTraceOrder(t *testing.T) {
+	n, st := newNode(t)
+	ctx := t.Context()
+	id, m, vol := storeImage(t, st, 8, 64) // 8 chunks of 256 KiB
+	rs := []runs.Run{{Start: 0, End: 4 * 64}}
+	for c := int64(4); c < 8; c++ {
+		rs = append(rs, runs.Run{Start: c*64 + 5, End: c*64 + 7})
+	}
+	order := append([]blockmap.Chunk(nil), m.Chunks...)
+	slices.Reverse(order)
+	tr := trace.New(id, 30*time.Second, order)
+	tr.SetRuns(rs)
+	putTrace(t, st, tr)
+
+	res, err := n.LayoutStartup(ctx, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := int64(4*256<<10 + 8*blockmap.BlockSize)
+	if res.NewChunks != 2 || res.GatheredBytes != read || res.FetchBefore != 8*256<<10 || res.FetchAfter != read {
+		t.Fatalf("layout %+v; want the %d bytes read in two new chunks", res, read)
+	}
+	if got := readSnapshot(t, n, st, res.Snapshot); !bytes.Equal(got, vol) {
+		t.Fatal("the laid-out snapshot reads other bytes")
+	}
+	nm, err := n.Map(ctx, res.Snapshot)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first new chunk begins with the last chunk's blocks, read first.
+	p := nm.Lookup((7*64+5)*blockmap.BlockSize, blockmap.BlockSize)[0]
+	if p.ChunkOffset != 0 || p.Chunk.Size != 1<<20 {
+		t.Fatalf("the blocks start-up read first are at %d of a chunk of %d bytes; want at 0 of the first, 1 MiB", p.ChunkOffset, p.Chunk.Size)
+	}
+	again, err := n.LayoutStartup(ctx, res.Snapshot)
+	if err != nil || !again.Unchanged {
 		t.Fatalf("second layout: %+v, %v", again, err)
 	}
 }

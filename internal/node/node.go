@@ -85,6 +85,9 @@ type Config struct {
 	// image that has no start-up trace to replay (prefetch.Options.FirstStartAhead:
 	// 0 its default, negative nothing).
 	FirstStartReadahead int64
+	// StartupChunkSize is the largest chunk LayoutStartup gathers start-up data
+	// into (0: DefaultStartupChunkSize).
+	StartupChunkSize int64
 	// StartupWindow is how long a container volume's reads are recorded as its
 	// image's start-up trace (0: prefetch.DefaultStartupWindow; negative: no traces are
 	// recorded or replayed).
@@ -766,6 +769,12 @@ func (n *Node) MountVolume(ctx context.Context, id string, readOnly bool) (Volum
 	}
 	return x.info(), nil
 }
+
+// DefaultStartupChunkSize is the largest chunk a start-up layout gathers into
+// unless Config.StartupChunkSize says: four of the default chunk size, so that a
+// replay of a re-laid image makes a quarter of the requests (docs/design.md,
+// "Start-up layout").
+const DefaultStartupChunkSize = 1 << 20
 
 // DefaultVolumeReadahead is a volume's loop device's readahead unless
 // Config.VolumeReadahead says. A first start of an image with no trace fetches
