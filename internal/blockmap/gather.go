@@ -2,6 +2,7 @@ package blockmap
 
 import (
 	"fmt"
+	"math"
 	"sort"
 
 	"github.com/opencontainers/go-digest"
@@ -69,12 +70,11 @@ func PlanGathers(m *Map, ranges [][2]int64, chunkSize int64, rank map[digest.Dig
 	}
 	pieces = kept
 	if rank != nil {
-		last := len(rank)
 		of := func(p Piece) int {
 			if r, ok := rank[p.Chunk.Digest]; ok {
 				return r
 			}
-			return last
+			return math.MaxInt
 		}
 		sort.SliceStable(pieces, func(a, b int) bool { return of(pieces[a]) < of(pieces[b]) })
 	}
@@ -98,13 +98,13 @@ func PlanGathers(m *Map, ranges [][2]int64, chunkSize int64, rank map[digest.Dig
 	}
 	// A gather that is one whole chunk would store that chunk again: the chunk
 	// stays (a layout of a laid-out image changes nothing).
-	kept2 := out[:0]
+	plan := out[:0]
 	for _, g := range out {
 		if !wholeChunk(g) {
-			kept2 = append(kept2, g)
+			plan = append(plan, g)
 		}
 	}
-	return kept2, nil
+	return plan, nil
 }
 
 // wholeChunk says whether g's pieces are all of one chunk's bytes, each once (in
