@@ -210,11 +210,8 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if r.Store == "" {
 		r.Store = filepath.Join(r.Root, "store")
 	}
-	if r.ChunkSize, err = units.ParseBytes(d.ChunkSize); err != nil {
-		return r, fmt.Errorf("chunk_size: %w", err)
-	}
-	if r.ChunkSize < 4096 || r.ChunkSize%4096 != 0 || r.ChunkSize > 64<<20 {
-		return r, fmt.Errorf("chunk_size %s: must be a multiple of 4KiB between 4KiB and 64MiB", d.ChunkSize)
+	if r.ChunkSize, err = blockMultiple("chunk_size", d.ChunkSize, 64<<20); err != nil {
+		return r, err
 	}
 	if r.CacheBytes, err = units.ParseBytes(d.Cache.Size); err != nil {
 		return r, fmt.Errorf("cache.size: %w", err)
@@ -298,13 +295,13 @@ func (d Daemon) Resolve() (Resolved, error) {
 		}
 	}
 	if d.VolumeReadahead != "" {
-		if r.VolumeReadahead, err = units.ParseBytes(d.VolumeReadahead); err != nil || r.VolumeReadahead < 4096 || r.VolumeReadahead%4096 != 0 || r.VolumeReadahead > 16<<20 {
-			return r, fmt.Errorf("volume_readahead %q: want a multiple of 4KiB between 4KiB and 16MiB, such as 128KiB", d.VolumeReadahead)
+		if r.VolumeReadahead, err = blockMultiple("volume_readahead", d.VolumeReadahead, 16<<20); err != nil {
+			return r, err
 		}
 	}
 	if d.StartupChunkSize != "" {
-		if r.StartupChunkSize, err = units.ParseBytes(d.StartupChunkSize); err != nil || r.StartupChunkSize < 4096 || r.StartupChunkSize%4096 != 0 || r.StartupChunkSize > 64<<20 {
-			return r, fmt.Errorf("startup_chunk_size %q: want a multiple of 4KiB between 4KiB and 64MiB, such as 1MiB", d.StartupChunkSize)
+		if r.StartupChunkSize, err = blockMultiple("startup_chunk_size", d.StartupChunkSize, 64<<20); err != nil {
+			return r, err
 		}
 	}
 	switch d.FirstStartReadahead {
@@ -334,4 +331,14 @@ func (d Daemon) Resolve() (Resolved, error) {
 		return r, fmt.Errorf("container_root %q: want \"shared\" or \"block\"", d.ContainerRoot)
 	}
 	return r, nil
+}
+
+// blockMultiple parses value, the setting key, as a size that is a multiple of
+// 4KiB between 4KiB and most bytes (a whole number of MiB).
+func blockMultiple(key, value string, most int64) (int64, error) {
+	n, err := units.ParseBytes(value)
+	if err != nil || n < 4096 || n%4096 != 0 || n > most {
+		return 0, fmt.Errorf("%s %q: want a multiple of 4KiB between 4KiB and %dMiB", key, value, most>>20)
+	}
+	return n, nil
 }

@@ -181,19 +181,36 @@ func TestFUSEHold(t *testing.T) {
 	}
 }
 
-func TestVolumeReadahead(t *testing.T) {
-	for value, want := range map[string]int64{"": 0, "16KiB": 16 << 10, "128KiB": 128 << 10, "4KiB": 4096, "0": -1, "1000": -1, "32MiB": -1, "lots": -1} {
-		d := Defaults()
-		d.Root, d.VolumeReadahead = t.TempDir(), value
-		r, err := d.Resolve()
-		if want < 0 {
-			if err == nil || !strings.Contains(err.Error(), "volume_readahead") {
-				t.Errorf("%q: err %v, want one naming volume_readahead", value, err)
+// Sizes that must be whole 4 KiB blocks, each in its bounds; a bad one gets an
+// error naming its setting.
+func TestBlockMultiples(t *testing.T) {
+	for _, tc := range []struct {
+		key    string
+		set    func(*Daemon, string)
+		get    func(Resolved) int64
+		values map[string]int64 // -1: refused
+	}{
+		{"chunk_size", func(d *Daemon, v string) { d.ChunkSize = v }, func(r Resolved) int64 { return r.ChunkSize },
+			map[string]int64{"256KiB": 256 << 10, "64MiB": 64 << 20, "0": -1, "6000": -1, "128MiB": -1, "": -1}},
+		{"volume_readahead", func(d *Daemon, v string) { d.VolumeReadahead = v }, func(r Resolved) int64 { return r.VolumeReadahead },
+			map[string]int64{"": 0, "16KiB": 16 << 10, "128KiB": 128 << 10, "4KiB": 4096, "0": -1, "1000": -1, "32MiB": -1, "lots": -1}},
+		{"startup_chunk_size", func(d *Daemon, v string) { d.StartupChunkSize = v }, func(r Resolved) int64 { return r.StartupChunkSize },
+			map[string]int64{"": 0, "256KiB": 256 << 10, "4MiB": 4 << 20, "0": -1, "6000": -1, "128MiB": -1, "big": -1}},
+	} {
+		for value, want := range tc.values {
+			d := Defaults()
+			d.Root = t.TempDir()
+			tc.set(&d, value)
+			r, err := d.Resolve()
+			if want < 0 {
+				if err == nil || !strings.Contains(err.Error(), tc.key) {
+					t.Errorf("%s %q: err %v, want one naming %s", tc.key, value, err, tc.key)
+				}
+				continue
 			}
-			continue
-		}
-		if err != nil || r.VolumeReadahead != want {
-			t.Errorf("%q: %d, err %v; want %d", value, r.VolumeReadahead, err, want)
+			if err != nil || tc.get(r) != want {
+				t.Errorf("%s %q: %d, err %v; want %d", tc.key, value, tc.get(r), err, want)
+			}
 		}
 	}
 }
@@ -212,24 +229,6 @@ func TestFirstStartReadahead(t *testing.T) {
 		}
 		if err != nil || r.FirstStartReadahead != want {
 			t.Errorf("%q: %d, err %v; want %d", value, r.FirstStartReadahead, err, want)
-		}
-	}
-}
-
-func TestStartupChunkSize(t *testing.T) {
-	const bad = -2
-	for value, want := range map[string]int64{"": 0, "256KiB": 256 << 10, "4MiB": 4 << 20, "0": bad, "6000": bad, "128MiB": bad, "big": bad} {
-		d := Defaults()
-		d.Root, d.StartupChunkSize = t.TempDir(), value
-		r, err := d.Resolve()
-		if want == bad {
-			if err == nil || !strings.Contains(err.Error(), "startup_chunk_size") {
-				t.Errorf("%q: err %v, want one naming startup_chunk_size", value, err)
-			}
-			continue
-		}
-		if err != nil || r.StartupChunkSize != want {
-			t.Errorf("%q: %d, err %v; want %d", value, r.StartupChunkSize, err, want)
 		}
 	}
 }
