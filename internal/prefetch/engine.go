@@ -51,11 +51,11 @@ const DefaultFirstStartAhead = 1 << 20
 const FirstStartMinRoundTrip = 5 * time.Millisecond
 
 // DefaultReplayParallel bounds the loads one start-up trace replay has in flight:
-// 4 MiB of 256 KiB chunks (16 MiB of a laid-out image's 1 MiB chunks), which keeps
-// a 1 Gbit/s link with a few ms of round trip busy, while the trace's first chunks arrive first (with every chunk requested
-// at once, all arrive together at the end) and the container's own reads of
-// chunks the trace did not foresee find free slots (docs/design.md, "Replaying a
-// trace: a window, in order").
+// 4 MiB of 256 KiB chunks (16 MiB of a laid-out image's 1 MiB chunks), which
+// keeps a 1 Gbit/s link with a few ms of round trip busy, while the trace's first
+// chunks arrive first (with every chunk requested at once, all arrive together at
+// the end) and the container's own reads of chunks the trace did not foresee find
+// free slots (docs/design.md, "Replaying a trace: a window, in order").
 const DefaultReplayParallel = 16
 
 // Options configure an Engine. Zero values take the defaults given.
