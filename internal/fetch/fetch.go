@@ -155,6 +155,10 @@ func (s firstByte) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, err
 	if err != nil {
 		return nil, err
 	}
+	if m, ok := rc.(*store.InMemory); ok { // read whole already: kept as it is, for ReadAllSized
+		s.f.noteRead(time.Since(s.start))
+		return m, nil
+	}
 	return &firstByteReader{ReadCloser: rc, s: s}, nil
 }
 

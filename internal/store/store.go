@@ -125,6 +125,13 @@ func ReadAllSized(ctx context.Context, s Store, d digest.Digest, size int64) ([]
 		return nil, err
 	}
 	defer rc.Close()
+	if m, ok := rc.(*InMemory); ok { // read, decoded and verified already: no copy
+		b := m.Bytes()
+		if size >= 0 && int64(len(b)) != size {
+			return nil, fmt.Errorf("object %s: %d bytes, want %d: object %w", d, len(b), size, errdefs.ErrCorrupt)
+		}
+		return b, nil
+	}
 	if size < 0 {
 		return io.ReadAll(rc)
 	}

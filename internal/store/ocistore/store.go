@@ -553,7 +553,7 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 			if err != nil {
 				return nil, fmt.Errorf("get %s: %w", d, err)
 			}
-			return io.NopCloser(bytes.NewReader(b)), nil
+			return store.NewInMemory(b), nil
 		}
 		cctx, cancel := s.bound(ctx)
 		rc, err := s.c.readRange(cctx, l.blob, l.off, l.size)

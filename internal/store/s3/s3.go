@@ -260,7 +260,13 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 	// decoded and verified before its first byte is handed out.
 	defer cancel()
 	defer body.Close()
-	stored := make([]byte, info.Size+1)
+	if info.Size < 0 || info.Size > store.MaxEncodedObject {
+		return nil, fmt.Errorf("get %s: compressed object of %d bytes stored: object %w", d, info.Size, errdefs.ErrCorrupt)
+	}
+	// The stored form is dropped once decoded (the plain bytes are new): its
+	// buffer is reused.
+	stored := store.ReadBuffer(int(info.Size) + 1)
+	defer store.ReleaseBuffer(stored)
 	n, err := io.ReadFull(body, stored)
 	switch {
 	case err == io.ErrUnexpectedEOF && int64(n) == info.Size:
@@ -273,7 +279,7 @@ func (s *Store) Get(ctx context.Context, d digest.Digest) (io.ReadCloser, error)
 	if err != nil {
 		return nil, fmt.Errorf("get %s: %w", d, err)
 	}
-	return io.NopCloser(bytes.NewReader(plain)), nil
+	return store.NewInMemory(plain), nil
 }
 
 // encodingOf reads how object d is stored from its user metadata: the encoding and
