@@ -7,8 +7,10 @@
 // runs the shared suite in package storetest. Backends live in sub-packages: local
 // (the embedded default), s3 (S3-compatible object storage) and ocistore (blobs of an
 // OCI registry); storeurl opens one from a location. Optional abilities (Refs,
-// BatchGetter) are separate interfaces found by type assertion. docs/stores.md has
-// the designs.
+// BatchGetter) are separate interfaces found by type assertion. A backend that
+// reads an object whole before handing out its first byte (a compressed object,
+// decoded and verified: EncodeObject, DecodeObject) returns it as an InMemory body,
+// which ReadAllSized takes without a copy. docs/stores.md has the designs.
 //
 // This package must never know about block maps, volumes or caches: it moves opaque,
 // verified bytes.
