@@ -92,6 +92,7 @@ func command() *cobra.Command {
 			set("image-root-linger", &cfg.ImageRootLinger, flags.ImageRootLinger)
 			set("fuse-hold", &cfg.FUSEHold, flags.FUSEHold)
 			set("volume-readahead", &cfg.VolumeReadahead, flags.VolumeReadahead)
+			set("startup-readahead", &cfg.StartupReadahead, flags.StartupReadahead)
 			set("first-start-readahead", &cfg.FirstStartReadahead, flags.FirstStartReadahead)
 			set("startup-chunk-size", &cfg.StartupChunkSize, flags.StartupChunkSize)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
@@ -125,6 +126,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.ImageRootLinger, "image-root-linger", "", "keep an image's read-only root mounted this long after its last container, its page cache kept for the next (default 5m; \"off\")")
 	f.StringVar(&flags.FUSEHold, "fuse-hold", "", "how long the node's FUSE connection waits for a new slackerd after this one dies or hands over (SIGUSR2), its containers' I/O waiting meanwhile (default 1m; \"off\": no holder, containers' I/O fails when slackerd dies)")
 	f.StringVar(&flags.VolumeReadahead, "volume-readahead", "", "the kernel's readahead on each mounted volume's loop device: how far a container's ext4 reads, and a lazy volume fetches, ahead of what is asked (default 1MiB)")
+	f.StringVar(&flags.StartupReadahead, "startup-readahead", "", "the readahead of a start's volume while it starts (its start-up window), when its chunks come from a remote store: what a start reads, its trace keeps and later starts fetch (default 16KiB; \"off\": --volume-readahead throughout)")
 	f.StringVar(&flags.FirstStartReadahead, "first-start-readahead", "", "what a start loads after each of its reads of an image with no start-up trace yet (its first start), for its start-up window, when the store is 5 ms or more away (default 1MiB; \"off\")")
 	f.StringVar(&flags.StartupChunkSize, "startup-chunk-size", "", "largest chunk a start-up layout (slacker optimize) gathers start-up data into (default 1MiB)")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
@@ -194,8 +196,9 @@ func run(cfg config.Daemon) error {
 		ChunkSize: r.ChunkSize, NoDirectIO: !r.DirectIO, StartupWindow: r.StartupWindow, Logger: log,
 		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
 		LocalImageFormat: node.LocalImageFormat(r.LocalImageFormat),
-		ImageRootLinger:  r.ImageRootLinger, VolumeReadahead: r.VolumeReadahead, FirstStartReadahead: r.FirstStartReadahead,
-		StartupChunkSize: r.StartupChunkSize, Fetch: fetchOpts, ObserveFUSE: observeFUSE, Holder: holder,
+		ImageRootLinger:  r.ImageRootLinger, VolumeReadahead: r.VolumeReadahead, StartupReadahead: r.StartupReadahead,
+		FirstStartReadahead: r.FirstStartReadahead, StartupChunkSize: r.StartupChunkSize,
+		Fetch: fetchOpts, ObserveFUSE: observeFUSE, Holder: holder,
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,
 			Roots: append(snapshotter.Roots(filepath.Join(r.Root, "snapshotter")),
 				graphdriver.Roots(filepath.Join(r.Root, "graphdriver")), daemon.NamedSnapshots(r.Root))},

@@ -86,6 +86,12 @@ type Daemon struct {
 	// container's ext4 reads ahead of what is asked, which a lazily read volume
 	// fetches (default 1MiB; docs/design.md, "The guest's readahead").
 	VolumeReadahead string `toml:"volume_readahead"`
+	// StartupReadahead is the readahead of a start's volume, when its chunks come
+	// from a remote store, from its mount until its start-up window closes: what
+	// a start reads, and so what its trace keeps and every later start fetches
+	// (default 16KiB; "off": volume_readahead throughout). docs/design.md, "A
+	// start reads ahead little".
+	StartupReadahead string `toml:"startup_readahead"`
 	// FirstStartReadahead is what a container's start loads after each of its
 	// reads of the image while the image has no start-up trace to replay (its
 	// first start anywhere, or one that records a new trace), when the store is
@@ -171,6 +177,7 @@ type Resolved struct {
 	ImageRootLinger                 time.Duration // 0: off
 	FUSEHold                        time.Duration // 0: off (no holder)
 	VolumeReadahead                 int64         // bytes; 0: the node's default
+	StartupReadahead                int64         // bytes; 0: the node's default; negative: off
 	FirstStartReadahead             int64         // bytes; 0: the node's default; negative: off
 	StartupChunkSize                int64         // bytes; 0: the node's default
 }
@@ -297,6 +304,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if d.VolumeReadahead != "" {
 		if r.VolumeReadahead, err = blockMultiple("volume_readahead", d.VolumeReadahead, 16<<20); err != nil {
 			return r, err
+		}
+	}
+	switch d.StartupReadahead {
+	case "":
+	case "off":
+		r.StartupReadahead = -1
+	default:
+		if r.StartupReadahead, err = blockMultiple("startup_readahead", d.StartupReadahead, 16<<20); err != nil {
+			return r, fmt.Errorf("%w, or off", err)
 		}
 	}
 	if d.StartupChunkSize != "" {

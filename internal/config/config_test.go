@@ -232,3 +232,21 @@ func TestFirstStartReadahead(t *testing.T) {
 		}
 	}
 }
+
+func TestStartupReadahead(t *testing.T) {
+	const bad = -2
+	for value, want := range map[string]int64{"": 0, "off": -1, "16KiB": 16 << 10, "1MiB": 1 << 20, "0": bad, "6000": bad, "32MiB": bad, "lots": bad} {
+		d := Defaults()
+		d.Root, d.StartupReadahead = t.TempDir(), value
+		r, err := d.Resolve()
+		if want == bad {
+			if err == nil || !strings.Contains(err.Error(), "startup_readahead") || !strings.Contains(err.Error(), "off") {
+				t.Errorf("%q: err %v, want one naming startup_readahead and off", value, err)
+			}
+			continue
+		}
+		if err != nil || r.StartupReadahead != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.StartupReadahead, err, want)
+		}
+	}
+}

@@ -81,6 +81,12 @@ type Config struct {
 	// DefaultVolumeReadahead. (It is always set: a loop device keeps the readahead
 	// its previous user left, 2.5 MiB on some here.)
 	VolumeReadahead int64
+	// StartupReadahead is the readahead of a start's volume (an image root made
+	// for a container, a block clone) from its mount until its start-up window
+	// closes, when its chunks come from a remote store (startupreadahead.go): 0
+	// DefaultStartupReadahead; negative: VolumeReadahead throughout. A local
+	// store's volumes read ahead VolumeReadahead always.
+	StartupReadahead int64
 	// FirstStartReadahead is what a start loads after each of its reads of an
 	// image that has no start-up trace to replay (prefetch.Options.FirstStartAhead:
 	// 0 its default, negative nothing).
@@ -160,6 +166,9 @@ type Node struct {
 	overlayErr  error // why this node cannot make shared roots
 
 	local *localImages // nil without Config.LocalImageBytes
+	// localStore: the store is a directory on this node (cache.ObjectFiles),
+	// whose chunks a read takes in place, without a fetch.
+	localStore bool
 
 	holder *fuseholder.Client // keeps the FUSE connection for the next slackerd; nil without one
 	adopt  *adoption          // what Open found in place, taking the node over
@@ -186,6 +195,9 @@ type vol struct {
 	// records the files the start opens on its mount and warms the mount from a
 	// replayed trace's (startupfiles.go); nil otherwise.
 	files *rootFiles
+	// startupRA, while a start's volume reads ahead StartupReadahead, restores
+	// the volume readahead when the start-up window closes (startupreadahead.go).
+	startupRA *time.Timer
 }
 
 var idPattern = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,127}$`)
@@ -239,6 +251,7 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 		MemBytes: cfg.CacheMemBytes, NoDisk: cfg.CacheNoDisk, Logger: log}
 	if of, ok := cfg.Store.(cache.ObjectFiles); ok { // a local directory: reads of a few blocks go to its files
 		copts.StoreFiles = of
+		n.localStore = true
 	}
 	n.cache, err = cache.Open(copts, n.fetcher)
 	if err != nil {
@@ -794,11 +807,7 @@ func (n *Node) mountLocked(x *vol, readOnly bool) error {
 		return fmt.Errorf("mount volume %s: %w", x.rec.ID, err)
 	}
 	defer loop.Close() // the mount holds the device; autoclear frees it on unmount
-	readahead := n.cfg.VolumeReadahead
-	if readahead <= 0 {
-		readahead = DefaultVolumeReadahead
-	}
-	if err := loop.SetReadahead(readahead); err != nil {
+	if err := loop.SetReadahead(n.volumeReadahead()); err != nil {
 		return fmt.Errorf("mount volume %s: %w", x.rec.ID, err)
 	}
 	mnt := filepath.Join(n.cfg.Root, "mnt", x.rec.ID)
@@ -808,6 +817,9 @@ func (n *Node) mountLocked(x *vol, readOnly bool) error {
 	x.dev, x.mnt = loop.Path, mnt
 	n.log.Info("volume-mounted", "volume", x.rec.ID, "device", loop.Path, "mountpoint", mnt, "read_only", readOnly,
 		"took", time.Since(start))
+	if x.files != nil { // made for a start: lean reads while it starts
+		n.beginStartupReadaheadLocked(x, loop)
+	}
 	if x.files != nil {
 		x.files.mountedAt(mnt)
 	}
@@ -886,6 +898,10 @@ func (n *Node) unmountLocked(x *vol) error {
 	if x.files != nil { // its recording and warm-up end before the mount goes (or if it never came)
 		x.files.close()
 		x.files = nil
+	}
+	if x.startupRA != nil {
+		x.startupRA.Stop()
+		x.startupRA = nil
 	}
 	if x.mnt == "" {
 		return nil

@@ -8,8 +8,13 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/store"
 	"github.com/slacker-dev/slacker/internal/store/local"
+	"github.com/slacker-dev/slacker/internal/testutil"
 )
 
 // TestVolumeReadahead: with Config.VolumeReadahead, the loop device of every
@@ -67,6 +72,121 @@ func TestVolumeReadahead(t *testing.T) {
 			if err := n.UnmountVolume(ctx, id); err != nil {
 				t.Fatal(err)
 			}
+		}
+	}
+}
+
+// remoteStore is a local store seen as a remote one: without ObjectFiles, a read
+// fetches its chunks, as it does an S3 or registry store's.
+type remoteStore struct {
+	store.Store
+	store.Refs
+}
+
+// TestStartupReadahead: on a node whose store is remote, a start's volume (the
+// image root of a shared root, a block clone) reads ahead StartupReadahead from
+// its mount until its start-up window closes, and the volume readahead from
+// then on; a volume made for no start keeps the volume readahead, and so does
+// every volume of a node with a local store, or with the start-up readahead
+// off.
+func TestStartupReadahead(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	dir := t.TempDir()
+	st, err := local.Open(filepath.Join(dir, "store"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	readahead := func(dev string) int64 {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "read_ahead_kb"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kb << 10
+	}
+	const window = 2 * time.Second
+	var img digest.Digest
+	for i, tc := range []struct {
+		name    string
+		remote  bool
+		mode    RootMode
+		setting int64 // Config.StartupReadahead
+		want    int64 // during the window
+	}{
+		{"remote, shared root", true, RootShared, 0, DefaultStartupReadahead},
+		{"remote, block clone, 64 KiB", true, RootBlock, 64 << 10, 64 << 10},
+		{"remote, off", true, RootShared, -1, DefaultVolumeReadahead},
+		{"local store", false, RootShared, 0, DefaultVolumeReadahead},
+	} {
+		var s store.Store = st
+		if tc.remote {
+			s = remoteStore{st, st}
+		}
+		n, err := Open(ctx, Config{Root: filepath.Join(dir, fmt.Sprint("node", i)), Store: s, CacheBytes: 256 << 20,
+			DefaultSize: 1 << 30, StartupWindow: window, StartupReadahead: tc.setting, RootMode: tc.mode, Logger: testLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { n.Close(ctx) })
+		if img == "" {
+			img, _ = sharedImage(t, n)
+		}
+		mounted := time.Now()
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: tc.mode, Startup: true}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := n.MountVolume(ctx, "c", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := v.Device
+		if tc.mode == RootShared {
+			root, err := n.Volume(imageRootID(img))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev = root.Device
+		}
+		if got := readahead(dev); got != tc.want {
+			t.Errorf("%s: the start's volume reads ahead %d KiB, want %d", tc.name, got>>10, tc.want>>10)
+		}
+		// A volume made for no start: the volume readahead.
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: "plain", Snapshot: img}); err != nil {
+			t.Fatal(err)
+		}
+		pv, err := n.MountVolume(ctx, "plain", true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := readahead(pv.Device); got != DefaultVolumeReadahead {
+			t.Errorf("%s: a volume made for no start reads ahead %d KiB, want %d", tc.name, got>>10, DefaultVolumeReadahead>>10)
+		}
+		if tc.want != DefaultVolumeReadahead {
+			// The window closes: the volume readahead comes back.
+			for readahead(dev) != DefaultVolumeReadahead {
+				if time.Since(mounted) > window+10*time.Second {
+					t.Fatalf("%s: %s still reads ahead %d KiB %v after its mount, the window being %v",
+						tc.name, dev, readahead(dev)>>10, time.Since(mounted).Round(time.Millisecond), window)
+				}
+				time.Sleep(50 * time.Millisecond)
+			}
+			if since := time.Since(mounted); since < window {
+				t.Errorf("%s: the volume readahead came back %v after the mount, before the window closed (%v)", tc.name, since, window)
+			}
+		}
+		for _, id := range []string{"c", "plain"} {
+			if err := n.DeleteVolume(ctx, id); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := n.Close(ctx); err != nil {
+			t.Fatal(err)
 		}
 	}
 }

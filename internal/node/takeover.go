@@ -153,6 +153,10 @@ func (n *Node) adoptLocked(x *vol) bool {
 			return false
 		}
 		x.mnt, x.dev = mnt, dev
+		// A start-up readahead the previous process set ends with it.
+		if err := mount.SetDeviceReadahead(dev, n.volumeReadahead()); err != nil {
+			n.log.Warn("volume-readahead-failed", "volume", x.rec.ID, "err", err)
+		}
 		if thawLeftFrozen(mnt) {
 			// The previous process died in the middle of a snapshot.
 			n.log.Warn("reconcile-thawed", "target", mnt)
