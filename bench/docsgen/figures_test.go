@@ -213,6 +213,10 @@ func TestFigures(t *testing.T) {
 		{"results-test pull-p90 slacker ms0", "76 ms"},
 		{"results-test step slacker deployment run s2", "0.94 s"},
 		{"results-test-alone step slacker deployment pull ms0", "60 ms"},
+		{"results-test-alone own-share slacker fetched pct1", "12.5%"},
+		{"results-test-alone own-share slacker read pct1", "7.5%"},
+		{"results-test-alone workloads d", "2"},
+		{"results-test-alone faster results-test d", "1"}, // its runs are results-test-small's
 		{"results-test step overlayfs deployment,development pull s1", "6.0–6.8 s"},
 		{"results-test ceiling x1", "5.0x"},
 		{"results-test dev-ceiling x1", "7.0x"}, // 6/1 and 12/1.5 = 8: median 7
@@ -336,6 +340,8 @@ func TestFigureErrors(t *testing.T) {
 		{"results-test pull-p90 native s1", `system "native"`},
 		{"results-test vs-deploy slacker stargz median xr", `no system "stargz"`},
 		{"results-test-alone deploy median xr", "the docs compare a Slacker system with overlayfs"},
+		{"results-test-alone own-share slacker link pct1", "no deployment of slacker recorded link bytes"},
+		{"results-test-alone own-share slacker disk pct1", `own-share "disk"`},
 		{"results-test-baseline step overlayfs deployment pull s1", "the docs measure a Slacker system"},
 		{"docker-test median slacker nonesuch pull s1", "no samples of slacker nonesuch"},
 		{"micro median append system=nobody s s1", "no append records match system=nobody"},

@@ -121,7 +121,24 @@ func init() {
 		"runs": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return float64(t.R.Runs), nil }),
 		// workloads: how many workloads the run measured; oneshot: how many of
 		// them are ready when they exit.
-		"workloads": helloRun(0, func(t *report.Table, _ []string) (float64, error) { return float64(len(t.R.Workloads)), nil }),
+		"workloads": number(0, func(d *Data, src string, _ []string) (float64, error) {
+			t, err := d.helloAny(src)
+			if err != nil {
+				return 0, err
+			}
+			return float64(len(t.R.Workloads)), nil
+		}),
+		// own-share SYSTEM fetched|read|link: the median over workloads of the
+		// bytes the system's deployments fetched (plain), read, or moved on the
+		// link, over the image's uncompressed size; of any run of the system,
+		// overlayfs beside or not.
+		"own-share": number(2, func(d *Data, src string, a []string) (float64, error) {
+			t, err := d.helloAny(src)
+			if err != nil {
+				return 0, err
+			}
+			return helloOwnShare(t, a[0], a[1])
+		}),
 		"oneshot": helloRun(0, func(t *report.Table, _ []string) (float64, error) {
 			n := 0
 			for _, w := range t.R.Workloads {
@@ -267,11 +284,11 @@ func init() {
 		// faster OTHER: for how many workloads Slacker's run until ready was faster
 		// here than in the results file OTHER.
 		"faster": numbers(1, func(d *Data, src string, a []string) ([]float64, error) {
-			t, err := d.hello(src)
+			t, err := d.helloAny(src)
 			if err != nil {
 				return nil, err
 			}
-			o, err := d.hello(a[0])
+			o, err := d.helloAny(a[0])
 			if err != nil {
 				return nil, err
 			}
@@ -455,6 +472,36 @@ func helloStep(t *report.Table, sys, cycle, step string) (float64, error) {
 	v := t.PerWorkload(sys, cycle, f)
 	if len(v) == 0 {
 		return 0, fmt.Errorf("no %s samples of %s", cycle, sys)
+	}
+	return report.Median(v), nil
+}
+
+// helloOwnShare is the median over workloads of sys's deployment bytes of the
+// kind what (fetched, read, link) over the image's uncompressed size.
+func helloOwnShare(t *report.Table, sys, what string) (float64, error) {
+	var bytes func(c *report.Cell) float64
+	switch what {
+	case "fetched":
+		bytes = func(c *report.Cell) float64 { return c.Fetched }
+	case "read":
+		bytes = func(c *report.Cell) float64 { return c.Read }
+	case "link":
+		bytes = func(c *report.Cell) float64 { return c.Link }
+	default:
+		return 0, fmt.Errorf("own-share %q: fetched, read or link", what)
+	}
+	var v []float64
+	for _, w := range t.R.Workloads {
+		c := t.Cell(w.Name, sys, harness.Deployment)
+		if !c.OK() || w.DataBytes <= 0 {
+			continue
+		}
+		if b := bytes(c); b > 0 && !math.IsNaN(b) {
+			v = append(v, b/float64(w.DataBytes))
+		}
+	}
+	if len(v) == 0 {
+		return 0, fmt.Errorf("no deployment of %s recorded %s bytes", sys, what)
 	}
 	return report.Median(v), nil
 }
