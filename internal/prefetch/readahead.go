@@ -14,6 +14,7 @@ import (
 // readahead is a Reader's view of its reader's stream.
 type readahead struct {
 	mu     sync.Mutex
+	start  int64        // where the stream began
 	end    int64        // end of the stream: the furthest base read that followed the last
 	streak int          // consecutive base reads that followed one another
 	ahead  int64        // end of what was last requested ahead of the stream
@@ -96,8 +97,10 @@ func (r *Reader) nearRead(end int64, skip digest.Digest) {
 // last piece pc. When reads follow one another through the volume, the chunks
 // that come next are requested in the background (cache hits included, so the
 // window moves on with the reader rather than stopping where the last one ended):
-// the window doubles with each read in sequence, up to MaxReadahead, and is topped
-// up whenever less than half of it lies ahead of the reader. A random reader
+// the window doubles with each read in sequence, up to MaxReadahead, but is never
+// more than the stream has read so far (at least a chunk), so that many small
+// reads (a guest reading ahead 16 KiB) draw no more than a few large ones; it is
+// topped up whenever less than half of it lies ahead of the reader. A random reader
 // fetches nothing extra, nor does one that reads backwards. Reads that run
 // concurrently may arrive a little out of order: a read up to a chunk behind the
 // stream's end, or up to a chunk past it, leaves the stream as it is or moves
@@ -123,12 +126,13 @@ func (r *Reader) readahead(off int64, pc blockmap.Piece) {
 		// file do): neither moves the stream on, nor breaks it.
 		return
 	default:
-		ra.streak, ra.end, ra.ahead = 0, end, 0
+		ra.streak, ra.start, ra.end, ra.ahead = 0, off, end, 0
 	}
 	if ra.streak < 2 { // a stream starts at the third read in sequence
 		return
 	}
 	window := min(int64(1)<<min(ra.streak-1, 20), max(2, r.e.opts.MaxReadahead/size)) // chunks
+	window = max(1, min(window, (ra.end-ra.start)/size))
 	if ra.ahead-ra.end > window*size/2 {
 		return // enough is on its way
 	}

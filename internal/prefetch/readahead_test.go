@@ -81,6 +81,7 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 		maxAhead int // chunks loaded ahead
 		slots    int // the engine's slots (0: the default)
 		batch    bool
+		read     int64 // each read's size (0: 128 KiB)
 	}{
 		{"sequential", func() []int64 {
 			var o []int64
@@ -88,14 +89,14 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, off)
 			}
 			return o
-		}, 4, n, 0, false},
+		}, 4, n, 0, false, 0},
 		{"sequential, batches", func() []int64 {
 			var o []int64
 			for off := int64(0); off < n*chunk; off += 128 << 10 {
 				o = append(o, off)
 			}
 			return o
-		}, 4, n, 0, true},
+		}, 4, n, 0, true, 0},
 		// An engine that has few slots takes a few chunks at a time and is asked
 		// again for the rest: nothing is skipped.
 		{"sequential, busy engine", func() []int64 {
@@ -104,7 +105,7 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, off)
 			}
 			return o
-		}, 4, n, 3, false},
+		}, 4, n, 3, false, 0},
 		// Concurrent reads arrive out of order: each pair of 128 KiB reads comes
 		// second half first. The stream is still seen.
 		{"sequential, out of order", func() []int64 {
@@ -113,7 +114,17 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, off+128<<10, off)
 			}
 			return o
-		}, 4, n, 0, false},
+		}, 4, n, 0, false, 0},
+		// A guest reading ahead 16 KiB reads a 512 KiB file in 32 reads: what is
+		// loaded ahead stays near what was read (it was 64 chunks, 16 MiB, as the
+		// window doubled with each read).
+		{"sequential, small reads", func() []int64 {
+			var o []int64
+			for off := int64(0); off < 2*chunk; off += 16 << 10 {
+				o = append(o, off)
+			}
+			return o
+		}, 2, 3, 0, false, 16 << 10},
 		// Page faults through a mapped file can walk it backwards, a few pages at
 		// a time: nothing is loaded ahead of such a reader (that was 16 MiB,
 		// fetched past a binary for a container that only ran `cat`).
@@ -123,7 +134,7 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, off)
 			}
 			return o
-		}, 200, 0, 0, false},
+		}, 200, 0, 0, false, 0},
 		{"random", func() []int64 {
 			r := rand.New(rand.NewPCG(1, 2))
 			var o []int64
@@ -131,7 +142,7 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 				o = append(o, r.Int64N(n)*chunk+r.Int64N(chunk/4096)*4096)
 			}
 			return o
-		}, 200, 8, 0, false},
+		}, 200, 8, 0, false, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFakeCache()
@@ -140,7 +151,10 @@ func TestReadaheadKeepsAhead(t *testing.T) {
 			defer e.Close(ctx)
 			r := e.Open("v", m)
 			defer r.Close()
-			buf := make([]byte, 128<<10)
+			if tc.read == 0 {
+				tc.read = 128 << 10
+			}
+			buf := make([]byte, tc.read)
 			for _, off := range tc.offsets() {
 				if err := r.ReadAt(ctx, buf[:min(int64(len(buf)), m.Size-off)], off); err != nil {
 					t.Fatal(err)
