@@ -476,34 +476,25 @@ func helloStep(t *report.Table, sys, cycle, step string) (float64, error) {
 	return report.Median(v), nil
 }
 
-// helloOwnShare is the median over workloads of sys's deployment bytes of the
-// kind what (fetched, read, link) over the image's uncompressed size.
+// helloOwnShare is sys's share of the image of the kind what (fetched, read,
+// link), as the run's summary of sys has it, which needs no baseline.
 func helloOwnShare(t *report.Table, sys, what string) (float64, error) {
-	var bytes func(c *report.Cell) float64
+	sm := t.Summarize(sys)
+	var v float64
 	switch what {
 	case "fetched":
-		bytes = func(c *report.Cell) float64 { return c.Fetched }
+		v = sm.FetchedShare
 	case "read":
-		bytes = func(c *report.Cell) float64 { return c.Read }
+		v = sm.ReadShare
 	case "link":
-		bytes = func(c *report.Cell) float64 { return c.Link }
+		v = sm.MovedShare
 	default:
 		return 0, fmt.Errorf("own-share %q: fetched, read or link", what)
 	}
-	var v []float64
-	for _, w := range t.R.Workloads {
-		c := t.Cell(w.Name, sys, harness.Deployment)
-		if !c.OK() || w.DataBytes <= 0 {
-			continue
-		}
-		if b := bytes(c); b > 0 && !math.IsNaN(b) {
-			v = append(v, b/float64(w.DataBytes))
-		}
-	}
-	if len(v) == 0 {
+	if math.IsNaN(v) || v <= 0 {
 		return 0, fmt.Errorf("no deployment of %s recorded %s bytes", sys, what)
 	}
-	return report.Median(v), nil
+	return v, nil
 }
 
 func workloadField(w *harness.WorkloadInfo, field string) (float64, error) {
