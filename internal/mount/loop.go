@@ -35,9 +35,11 @@ func (l *Loop) Close() error { return l.f.Close() }
 
 // SetReadahead sets the device's readahead (BLKRASET), rounded down to 512-byte
 // sectors: a filesystem mounted on it afterwards reads ahead up to that much.
-func (l *Loop) SetReadahead(bytes int64) error {
-	if err := unix.IoctlSetInt(int(l.f.Fd()), unix.BLKRASET, int(bytes/512)); err != nil {
-		return fmt.Errorf("set the readahead of %s to %d bytes: %w", l.Path, bytes, err)
+func (l *Loop) SetReadahead(bytes int64) error { return setReadahead(l.f, l.Path, bytes) }
+
+func setReadahead(f *os.File, path string, bytes int64) error {
+	if err := unix.IoctlSetInt(int(f.Fd()), unix.BLKRASET, int(bytes/512)); err != nil {
+		return fmt.Errorf("set the readahead of %s to %d bytes: %w", path, bytes, err)
 	}
 	return nil
 }
@@ -51,10 +53,7 @@ func SetDeviceReadahead(path string, bytes int64) error {
 		return fmt.Errorf("set the readahead of %s: %w", path, err)
 	}
 	defer f.Close()
-	if err := unix.IoctlSetInt(int(f.Fd()), unix.BLKRASET, int(bytes/512)); err != nil {
-		return fmt.Errorf("set the readahead of %s to %d bytes: %w", path, bytes, err)
-	}
-	return nil
+	return setReadahead(f, path, bytes)
 }
 
 // AttachLoop attaches a free loop device to file.

@@ -817,10 +817,8 @@ func (n *Node) mountLocked(x *vol, readOnly bool) error {
 	x.dev, x.mnt = loop.Path, mnt
 	n.log.Info("volume-mounted", "volume", x.rec.ID, "device", loop.Path, "mountpoint", mnt, "read_only", readOnly,
 		"took", time.Since(start))
-	if x.files != nil { // made for a start: lean reads while it starts
+	if x.files != nil { // made for a start: lean reads while it starts, its files recorded or warmed
 		n.beginStartupReadaheadLocked(x, loop)
-	}
-	if x.files != nil {
 		x.files.mountedAt(mnt)
 	}
 	return nil
