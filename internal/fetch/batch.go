@@ -74,6 +74,7 @@ func (f *Fetcher) batch(ctx context.Context, bg store.BatchGetter, ds []digest.D
 			failed = nil // the request answered; what it left is fetched again alone
 		}
 		f.observe("get-batch", start, delivered, failed)
+		f.log.Debug("store-read-batch", "objects", len(ds), "delivered", len(done), "bytes", delivered, "took", time.Since(start), "err", failed)
 	}()
 	bg.GetBatch(actx, ds, func(d digest.Digest, data []byte, err error) {
 		c, ok := byDigest[d]

@@ -188,6 +188,7 @@ func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error)
 	start := time.Now()
 	data, err := store.ReadAllSized(ctx, firstByte{Store: f.st, f: f, start: start}, c.Digest, c.Size)
 	f.observe("get", start, int64(len(data)), err)
+	f.log.Debug("store-read", "object", c.Digest, "bytes", len(data), "took", time.Since(start), "err", err)
 	if err != nil {
 		return nil, err
 	}
