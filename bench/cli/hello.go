@@ -102,6 +102,7 @@ and OUT/index.html with SVG figures. Needs root.`,
 	f.StringVar(&o.StoreServer, "store-server", "s3", "behind a link, where Slacker's chunks live unless --store is given: s3 (MinIO beside the registry) or registry")
 	f.StringVar(&o.StoreCompress, "store-compress", "", "behind a link, how that store keeps chunks: zstd (the backend's default) or none")
 	f.BoolVar(&o.Optimize, "optimize", false, "after the warm-up, lay every Slacker image out for start-up from its trace and publish it again (slacker optimize); convert every eStargz image again from a recorded run (stargz's optimize)")
+	f.BoolVar(&o.PublishUnshaped, "publish-unshaped", false, "behind a link, publish every image (and lay it out, with --optimize) with the link's rate and delay off: set-up that is not measured, which at 100 Mbit/s takes most of a run; those pushes are marked unshaped and left out of the push figures")
 	f.BoolVar(&o.Warmup, "warmup", true, "deploy every workload once with Slacker before the samples, untimed (records its start-up traces, as an earlier run anywhere would)")
 	f.BoolVar(&o.Quick, "quick", false, "the quick profile: "+strings.Join(harness.QuickWorkloads, ", "))
 	f.StringVar(&only, "only", "", "comma-separated workloads to run (default all)")

@@ -61,7 +61,16 @@ func TestLink(t *testing.T) {
 	}
 	defer c.Close()
 	start := time.Now()
-	if _, err := c.Write(data); err != nil {
+	// Half the data crosses shaped, the rest unshaped (SetShaped), on the same
+	// connection: nothing lost or reordered at the switch.
+	if _, err := c.Write(data[:size/2]); err != nil {
+		t.Fatal(err)
+	}
+	l.SetShaped(false)
+	if l.Shaped() {
+		t.Error("Shaped after SetShaped(false)")
+	}
+	if _, err := c.Write(data[size/2:]); err != nil {
 		t.Fatal(err)
 	}
 	sum := make([]byte, 32)
@@ -89,6 +98,27 @@ func TestLink(t *testing.T) {
 	}
 	if _, err := os.Stat(l.NetnsPath); !os.IsNotExist(err) {
 		t.Errorf("namespace %s still there after Close: %v", l.NetnsPath, err)
+	}
+}
+
+// TestLinkUnshaped: an unshaped link delivers every packet at once, leaves the
+// shaper untouched, and shapes again after SetShaped(true).
+func TestLinkUnshaped(t *testing.T) {
+	l := &Link{o: LinkOptions{Rate: 8e6, RTT: 4 * time.Millisecond, Queue: 3 * time.Millisecond}}
+	sh := newShaper(l.o)
+	const us = int64(time.Microsecond)
+	l.SetShaped(false)
+	for i := range 10 { // 10 ms of data at 8 Mbit/s: shaped, most would be dropped
+		if at, ok := l.admit(sh, int64(i)*us, 1000); !ok || at != int64(i)*us {
+			t.Fatalf("unshaped packet %d: at %d µs, ok %v; want at once", i, at/us, ok)
+		}
+	}
+	if sh.free != 0 {
+		t.Errorf("unshaped packets moved the shaper to %d µs", sh.free/us)
+	}
+	l.SetShaped(true)
+	if at, ok := l.admit(sh, 100*us, 1000); !ok || at != (100+1000+2000)*us {
+		t.Errorf("shaped again: at %d µs, ok %v; want 3100 µs", at/us, ok)
 	}
 }
 

@@ -90,14 +90,14 @@ func Run(ctx context.Context, o Options) (*Results, error) {
 	if err := h.makeSystems(specs); err != nil {
 		return h.res, err
 	}
-	h.publish(ctx)
+	h.unshaped(func() { h.publish(ctx) })
 	h.footprint(ctx)
 	h.save()
 	if o.Warmup {
 		h.warmup(ctx)
 	}
 	if o.Optimize {
-		h.optimize(ctx)
+		h.unshaped(func() { h.optimize(ctx) })
 	}
 	h.measure(ctx)
 	if ctx.Err() != nil {
@@ -155,6 +155,9 @@ func prepare(o *Options) (*plan, error) {
 	var rtt time.Duration
 	if p.profile, p.rate, rtt, err = ParseProfile(o.Profile); err != nil {
 		return nil, err
+	}
+	if o.PublishUnshaped && p.rate == 0 {
+		return nil, fmt.Errorf("--publish-unshaped turns an emulated link's shaping off while publishing: profile %s has no link", p.profile)
 	}
 	switch {
 	case rtt > 0 && o.RTT > 0 && o.RTT != time.Millisecond && o.RTT != rtt:
@@ -337,6 +340,7 @@ func (h *harness) network(ctx context.Context, rate int64) error {
 		h.printf("Slacker's chunk store behind the link: %s", storeShown)
 	}
 	h.res.Profile.Store = storeShown
+	h.res.Profile.PublishUnshaped = h.o.PublishUnshaped && h.link != nil
 	if h.o.Store == "" {
 		h.res.Profile.Store = filepath.Join(h.o.Dir, "slacker", "store")
 	}
@@ -413,6 +417,23 @@ func (h *harness) makeSystems(specs []SystemSpec) error {
 	return nil
 }
 
+// unshaped runs set-up with the link's rate and delay off, if the options say so
+// (Options.PublishUnshaped), and shapes it again after.
+func (h *harness) unshaped(setup func()) {
+	if !h.o.PublishUnshaped || h.link == nil {
+		setup()
+		return
+	}
+	h.link.SetShaped(false)
+	defer h.link.SetShaped(true)
+	h.printf("the link's rate and delay are off for this set-up (--publish-unshaped)")
+	setup()
+}
+
+// linkShaped says whether publishes now cross the link at its rate and delay
+// (always true on loopback, where there is no link to unshape).
+func (h *harness) linkShaped() bool { return h.link == nil || h.link.Shaped() }
+
 // publish pushes every image whole with every system (the first push).
 func (h *harness) publish(ctx context.Context) {
 	for _, s := range h.systems {
@@ -427,7 +448,7 @@ func (h *harness) publish(ctx context.Context) {
 			ref, took, err := s.Publish(pctx, h.imgs[w.Name], h.reg.Addr)
 			cancel()
 			p := PublishSample{Workload: w.Name, System: s.Name(), OK: err == nil, Push: took.Seconds(), Total: time.Since(start).Seconds(),
-				LinkBytes: h.linkBytesAway() - far0}
+				LinkBytes: h.linkBytesAway() - far0, Unshaped: !h.linkShaped()}
 			if err != nil {
 				p.Failure = err.Error()
 				h.pubErr[s.Name()][w.Name] = err.Error()
@@ -576,7 +597,7 @@ func (h *harness) optimizeAll(ctx context.Context, s rig.System, opt optimizer) 
 		if _, ok := h.refs[s.Name()][w.Name]; !ok {
 			continue
 		}
-		p := PublishSample{Workload: w.Name, System: s.Name(), Optimize: true}
+		p := PublishSample{Workload: w.Name, System: s.Name(), Optimize: true, Unshaped: !h.linkShaped()}
 		start := time.Now()
 		far0 := h.linkBytesAway()
 		pctx, cancel := context.WithTimeout(ctx, pushTimeout)

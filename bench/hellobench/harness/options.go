@@ -40,6 +40,11 @@ type Options struct {
 	// the trace it recorded, and publishes it again (`slacker optimize`, then
 	// `slacker push`), as eStargz images are optimized with a recorded run.
 	Optimize bool
+	// PublishUnshaped turns the emulated link's rate and delay off while every
+	// image is published and, with Optimize, published again laid out: set-up
+	// that is not measured, which at 100 Mbit/s would take most of a run. The
+	// warm-up and the samples cross the shaped link. Needs a link profile.
+	PublishUnshaped bool
 	// Cycles to measure: Deployment, Development (default both).
 	Cycles []string
 	// Dir is the harness's work directory (emptied first, removed at the end unless

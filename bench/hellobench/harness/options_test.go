@@ -257,6 +257,8 @@ func TestPrepare(t *testing.T) {
 		{name: "no systems", change: func(o *Options) { o.Systems = nil }, err: "no systems given"},
 		{name: "bad snapshotter name", change: func(o *Options) { o.Systems = []string{"overlayfs", "Star=/x.sock"} }, err: "not a usable snapshotter name"},
 		{name: "relative socket", change: func(o *Options) { o.Systems = []string{"soci=x.sock"} }, err: "NAME=/path"},
+		{name: "publish unshaped behind a link", change: func(o *Options) { o.Profile, o.PublishUnshaped = "100mbit-20ms", true }, workloads: []string{"debian", "redis", "other"}},
+		{name: "publish unshaped on loopback", change: func(o *Options) { o.PublishUnshaped = true }, err: "profile loopback has no link"},
 		{name: "bad store server", change: func(o *Options) { o.StoreServer = "nfs" }, err: `store server "nfs"`},
 		{name: "bad store compression", change: func(o *Options) { o.StoreCompress = "gzip" }, err: `store compress "gzip"`},
 		{name: "no work directory", change: func(o *Options) { o.Dir = "" }, err: "no work directory"},

@@ -72,6 +72,9 @@ type Profile struct {
 	// across the link (false: on the node, so Slacker's data never crossed it).
 	Store       string `json:"store"`
 	StoreRemote bool   `json:"store_remote"`
+	// PublishUnshaped says the images were published (and laid out) with the
+	// link's rate and delay off (Options.PublishUnshaped).
+	PublishUnshaped bool `json:"publish_unshaped,omitempty"`
 }
 
 // WorkloadInfo describes a measured workload and its image.
@@ -115,6 +118,9 @@ type PublishSample struct {
 	// (IP level; zero on loopback): the gzip layers for the baseline, the chunks
 	// and descriptor for Slacker with its store behind the link.
 	LinkBytes int64 `json:"link_bytes,omitempty"`
+	// Unshaped marks a publish made with the link's rate and delay off
+	// (Options.PublishUnshaped): its times are not the profile's.
+	Unshaped bool `json:"unshaped,omitempty"`
 }
 
 // Footprint is what the published images take where they are kept, measured

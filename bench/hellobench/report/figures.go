@@ -73,8 +73,8 @@ func (t *Table) figures(prefix string) []figure {
 				name = s + ": a change"
 			}
 			c.Series = append(c.Series, lineSeries{Name: name, Color: t.color(s), X: xs, Y: ps, Step: true})
-			if op.key == "push" {
-				xs, ps := CDF(t.firstPush(s))
+			if first := t.firstPush(s); op.key == "push" && len(first) > 0 {
+				xs, ps := CDF(first)
 				c.Series = append(c.Series, lineSeries{Name: s + ": whole image", Color: t.color(s), Dash: "5 3", X: xs, Y: ps, Step: true})
 			}
 		}
@@ -233,7 +233,7 @@ func (t *Table) subject() string {
 func (t *Table) firstPush(system string) []float64 {
 	var v []float64
 	for _, p := range t.R.Publish {
-		if p.System == system && p.OK && !p.Optimize {
+		if p.System == system && p.OK && !p.Optimize && !p.Unshaped {
 			v = append(v, p.Push)
 		}
 	}

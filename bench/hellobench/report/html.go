@@ -198,7 +198,11 @@ func (t *Table) workloadTable(b *strings.Builder) {
 	} else {
 		b.WriteString("<p class=small>Every workload whose rule is an exit status printed the same standard output on every system.</p>\n")
 	}
-	b.WriteString("<h3>First push of each whole image</h3>\n<table><tr><th class=l>system</th><th>images</th><th>push, median</th><th>push, p90</th><th>with preparation (Slacker: conversion), median</th></tr>\n")
+	b.WriteString("<h3>First push of each whole image</h3>\n")
+	if r.Profile.PublishUnshaped {
+		b.WriteString("<p class=small>The images were published with the link's rate and delay off (--publish-unshaped): these times are not the profile's, and the push figures leave them out.</p>\n")
+	}
+	b.WriteString("<table><tr><th class=l>system</th><th>images</th><th>push, median</th><th>push, p90</th><th>with preparation (Slacker: conversion), median</th></tr>\n")
 	for _, s := range t.Systems {
 		var push, total []float64
 		failed := 0
