@@ -17,7 +17,7 @@ func TestTree(t *testing.T) {
 	want := map[string][]string{
 		"":               nil,
 		"core":           {"corpus", "dir", "images", "markdown", "micro", "results", "runs", "slackerd-arg"},
-		"hello":          {"corpus", "cycles", "dir", "keep-dir", "markdown", "only", "optimize", "out", "profile", "quick", "rtt", "runs", "seed", "slacker", "slackerd", "slackerd-arg", "stargz", "store", "store-compress", "store-server", "systems", "warmup", "workloads"},
+		"hello":          {"corpus", "cycles", "dir", "keep-dir", "markdown", "only", "optimize", "out", "profile", "publish-unshaped", "quick", "rtt", "runs", "seed", "slacker", "slackerd", "slackerd-arg", "stargz", "store", "store-compress", "store-server", "systems", "warmup", "workloads"},
 		"report":         {"markdown", "out"},
 		"corpus":         {"dir", "json", "verbose"},
 		"corpus build":   {"dir", "force", "install-recommends", "jobs", "json", "keep-apt-cache", "min-free", "mirror", "only", "recheck", "snapshot", "suite", "verbose", "workloads"},
