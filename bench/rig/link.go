@@ -53,9 +53,9 @@ type Link struct {
 	tuns    [2]*os.File
 	wg      sync.WaitGroup
 	toFar   atomic.Int64 // bytes delivered host -> far
-	bypass  atomic.Bool  // SetShaped(false): packets pass at once, no rate, no delay
 	toHost  atomic.Int64 // bytes delivered far -> host
 	dropped atomic.Int64
+	bypass  atomic.Bool // SetShaped(false): packets pass at once, no rate, no delay
 	closed  sync.Once
 }
 
