@@ -3,6 +3,7 @@ package fetch
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -74,7 +75,9 @@ func (f *Fetcher) batch(ctx context.Context, bg store.BatchGetter, ds []digest.D
 			failed = nil // the request answered; what it left is fetched again alone
 		}
 		f.observe("get-batch", start, delivered, failed)
-		f.log.Debug("store-read-batch", "objects", len(ds), "delivered", len(done), "bytes", delivered, "took", time.Since(start), "err", failed)
+		if f.log.Enabled(ctx, slog.LevelDebug) {
+			f.log.Debug("store-read-batch", "objects", len(ds), "delivered", len(done), "bytes", delivered, "took", time.Since(start), "err", failed)
+		}
 	}()
 	bg.GetBatch(actx, ds, func(d digest.Digest, data []byte, err error) {
 		c, ok := byDigest[d]

@@ -188,7 +188,9 @@ func (f *Fetcher) attempt(ctx context.Context, c blockmap.Chunk) ([]byte, error)
 	start := time.Now()
 	data, err := store.ReadAllSized(ctx, firstByte{Store: f.st, f: f, start: start}, c.Digest, c.Size)
 	f.observe("get", start, int64(len(data)), err)
-	f.log.Debug("store-read", "object", c.Digest, "bytes", len(data), "took", time.Since(start), "err", err)
+	if f.log.Enabled(ctx, slog.LevelDebug) { // a chunk's every fetch: no arguments built for a line not written
+		f.log.Debug("store-read", "object", c.Digest, "bytes", len(data), "took", time.Since(start), "err", err)
+	}
 	if err != nil {
 		return nil, err
 	}
