@@ -157,6 +157,20 @@ func (c *Client) PrepareImage(ctx context.Context, id digest.Digest) error {
 	return c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id.String())+"/prepare", nil, nil)
 }
 
+// SnapshotMap returns the snapshot's encoded block map (a push carries it in
+// the image's Slacker layer).
+func (c *Client) SnapshotMap(ctx context.Context, id digest.Digest) ([]byte, error) {
+	var out BlockMap
+	err := c.do(ctx, "GET", "/v1/snapshots/"+url.PathEscape(id.String())+"/map", nil, &out)
+	return out.Map, err
+}
+
+// CarryMap hands the node the snapshot's block map that a pull read with the
+// image's manifest, instead of its lookup in the store (node.CarryMap).
+func (c *Client) CarryMap(ctx context.Context, id digest.Digest, blockMap []byte) error {
+	return c.do(ctx, "PUT", "/v1/snapshots/"+url.PathEscape(id.String())+"/map", BlockMap{Map: blockMap}, nil)
+}
+
 // Snapshot looks up a snapshot, fetching its block map onto the node.
 func (c *Client) Snapshot(ctx context.Context, id digest.Digest) (Snapshot, error) {
 	var out Snapshot

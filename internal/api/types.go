@@ -267,3 +267,9 @@ type StreamLine struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    *ErrorBody      `json:"error,omitempty"`
 }
+
+// BlockMap is a snapshot's encoded block map (GET and PUT
+// /v1/snapshots/{id}/map); its digest is the snapshot ID.
+type BlockMap struct {
+	Map []byte `json:"map"`
+}

@@ -177,7 +177,17 @@ that moved to another image since the conversion is refused.`,
 			}
 			e.reporter().Step("%s %s (%s of data in the store, which stays there) to %s", what, args[0],
 				units.Bytes(en.Descriptor.DataSize), args[1])
-			res, err := push(ctx, args[1], en.Descriptor, e.regOpts())
+			opts := e.regOpts()
+			if !attach {
+				// The layer carries the block map and names this node's store: a pull
+				// by a node of the same store reads both with the manifest.
+				if opts.BlockMap, err = e.client.SnapshotMap(ctx, en.Descriptor.Snapshot); err != nil {
+					e.log.Warn("push-without-map", "image", args[0], "err", err)
+					opts.BlockMap = nil
+				}
+				opts.Store = e.info.Store
+			}
+			res, err := push(ctx, args[1], en.Descriptor, opts)
 			if err != nil {
 				return err
 			}
@@ -223,6 +233,20 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 	}
 	if err != nil {
 		return nil, nil, err
+	}
+	if res.BlockMap != nil && res.Store != "" && res.Store == e.info.Store {
+		// The layer carries the map and the manifest names this node's store: no
+		// lookup in the store before the pull returns (slackerd checks that the
+		// store still has the snapshot in the background). A map pushed from
+		// another store is looked up below, which says so if it is not there.
+		cancel()
+		if err := e.client.CarryMap(ctx, d.Snapshot, res.BlockMap); err != nil {
+			return nil, nil, err
+		}
+		if err := e.names.Put(ref, d); err != nil {
+			return nil, nil, err
+		}
+		return d, res, nil
 	}
 	if ahead == nil || ahead.id != d.Snapshot { // a manifest that named another snapshot than its layer's
 		ahead = e.lookupSnapshot(lookupCtx, d.Snapshot)

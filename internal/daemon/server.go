@@ -20,6 +20,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/gc"
+	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/node"
 	"github.com/slacker-dev/slacker/internal/volume"
 )
@@ -68,6 +69,8 @@ func New(n *node.Node, o Options) *Server {
 	mux.HandleFunc("POST /v1/volumes/{id}/snapshot", s.snapshotVolume)
 	mux.HandleFunc("POST /v1/snapshots/mkfs", s.mkfs)
 	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
+	mux.HandleFunc("GET /v1/snapshots/{id}/map", s.getSnapshotMap)
+	mux.HandleFunc("PUT /v1/snapshots/{id}/map", s.carryMap)
 	mux.HandleFunc("POST /v1/snapshots/{id}/layout", s.layoutSnapshot)
 	mux.HandleFunc("POST /v1/snapshots/{id}/prepare", s.prepareSnapshot)
 	mux.HandleFunc("POST /v1/cache/drop", s.dropCache)
@@ -328,6 +331,34 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))
+}
+
+// getSnapshotMap answers the snapshot's encoded block map (for a push, which
+// carries it in the image's Slacker layer).
+func (s *Server) getSnapshotMap(w http.ResponseWriter, r *http.Request) {
+	b, err := s.node.EncodedMap(r.Context(), digest.Digest(r.PathValue("id")))
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, 200, api.BlockMap{Map: b})
+}
+
+// carryMap takes a snapshot's block map that a pull read with the image's
+// manifest (node.CarryMap).
+func (s *Server) carryMap(w http.ResponseWriter, r *http.Request) {
+	var req api.BlockMap
+	dec := json.NewDecoder(http.MaxBytesReader(nil, r.Body, 2*image.MaxCarriedMap))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		s.fail(w, r, fmt.Errorf("%w: request body: %v", errdefs.ErrInvalid, err))
+		return
+	}
+	if err := s.node.CarryMap(r.Context(), digest.Digest(r.PathValue("id")), req.Map); err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // prepareSnapshot readies the image snapshot for a container expected soon (a

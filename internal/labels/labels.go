@@ -41,6 +41,11 @@ const (
 const (
 	// ManifestSnapshot marks the manifest of a Slacker image with its snapshot ID.
 	ManifestSnapshot = "dev.slacker.snapshot"
+	// ManifestStore names, on the manifest of a Slacker image, the store its
+	// snapshot was pushed from, as the pushing slackerd names it: a pull by a
+	// node of that store may take the block map the layer carries without
+	// asking the store for it.
+	ManifestStore = "dev.slacker.store"
 	// LayerSnapshot annotates the one layer of a Slacker image with its snapshot ID.
 	// The containerd.io/snapshot/ prefix makes containerd's unpacker pass it to the
 	// snapshotter's Prepare, whatever the client (ctr, nerdctl, CRI).

@@ -216,7 +216,7 @@ func readAttached(ctx context.Context, p *remote.Puller, repo name.Repository, m
 	if err != nil {
 		return none, mapErr(at.String(), err)
 	}
-	d, err := decodeBlob(at.String(), am.Layers[0], b)
+	d, _, err := decodeBlob(at.String(), am.Layers[0], b)
 	if err != nil {
 		return none, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
+	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
 	"github.com/slacker-dev/slacker/internal/labels"
 )
@@ -40,12 +41,25 @@ func FuzzPullManifest(f *testing.F) {
 	b2, _ := json.Marshal(m2)
 	f.Add(b1, cfg)
 	f.Add(b2, layer)
+	// A layer embedded in the manifest, carrying a map.
+	mapBytes := []byte("SLKBMAP\x00 stand-in")
+	dm := *d
+	dm.Snapshot = digest.FromBytes(mapBytes)
+	mlayer, err := image.EncodeLayerMap(&dm, mapBytes)
+	if err != nil {
+		f.Fatal(err)
+	}
+	m3 := m2
+	m3.Layers = []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(mlayer), Size: int64(len(mlayer)),
+		Annotations: map[string]string{labels.LayerSnapshot: dm.Snapshot.String()}, Data: mlayer}}
+	b3, _ := json.Marshal(m3)
+	f.Add(b3, mlayer)
 	f.Add([]byte(`{"schemaVersion":2,"config":{"mediaType":"application/vnd.slacker.image.v1+json","size":-1}}`), []byte("{}"))
 	f.Add([]byte(`{"manifests":[]}`), []byte{})
 	f.Fuzz(func(t *testing.T, manifest, blob []byte) {
-		desc, err := slackerBlob("ref", manifest, types.OCIManifestSchema1)
+		desc, _, err := slackerBlob("ref", manifest, types.OCIManifestSchema1)
 		if err != nil {
-			if !errors.Is(err, ErrNotSlacker) && !errors.Is(err, image.ErrMalformed) {
+			if !errors.Is(err, ErrNotSlacker) && !errors.Is(err, image.ErrMalformed) && !errors.Is(err, errdefs.ErrCorrupt) {
 				t.Fatalf("manifest refused without a known error: %v", err)
 			}
 			return
@@ -54,14 +68,17 @@ func FuzzPullManifest(f *testing.F) {
 			t.Fatalf("accepted a blob of %d bytes", desc.Size)
 		}
 		if real := digest.FromBytes(blob); real != desc.Digest {
-			if _, err := decodeBlob("ref", desc, blob); err == nil {
+			if _, _, err := decodeBlob("ref", desc, blob); err == nil {
 				t.Fatal("a blob that does not match its digest was decoded")
 			}
 			desc.Digest = real // decode it anyway, to reach the decoders
 		}
-		got, err := decodeBlob("ref", desc, blob)
+		got, blockMap, err := decodeBlob("ref", desc, blob)
 		if err != nil {
 			return
+		}
+		if blockMap != nil && digest.FromBytes(blockMap) != got.Snapshot {
+			t.Fatal("returned a carried map that is not the snapshot's")
 		}
 		if _, err := got.Encode(); err != nil {
 			t.Fatalf("accepted a descriptor that does not encode: %v", err)

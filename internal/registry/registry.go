@@ -55,7 +55,22 @@ type Options struct {
 	// beside the layer's. The name is the manifest's word, not yet checked
 	// against the layer: a hint, never a result.
 	SnapshotNamed func(digest.Digest)
+	// BlockMap, for Push: the encoded block map of the descriptor's snapshot, to
+	// be carried in the Slacker layer (image.EncodeLayerMap) if it is at most
+	// image.MaxCarriedMap bytes; nil carries none.
+	BlockMap []byte
+	// Store, for Push: where the snapshot is stored, as the pushing node names
+	// its store; recorded in the manifest (labels.ManifestStore).
+	Store string
 }
+
+// MaxInlineLayer bounds a Slacker layer embedded in its manifest's descriptor
+// (the OCI 1.1 descriptor's data field): a pull then reads the descriptor and
+// the carried block map with the manifest, in one round trip. 60 KiB, 80 KB
+// in base64: with the rest of the manifest, within the first window a new TCP
+// connection is sent over a link with 9000-byte frames (ten segments). A larger
+// layer is a blob of its own, read on the same connection after the manifest.
+const MaxInlineLayer = 60 << 10
 
 func (o Options) ref(s string) (name.Reference, error) {
 	var opts []name.Option
@@ -116,6 +131,15 @@ type Result struct {
 	Reference      string        // fully qualified
 	ManifestDigest digest.Digest //
 	BytesMoved     int64         // manifest + image config + Slacker layer
+	// BlockMap, from a pull: the snapshot's encoded block map, if the layer
+	// carries it; checked to be the snapshot's (its digest), not decoded.
+	BlockMap []byte `json:"-"`
+	// Store, from a pull: the store the snapshot was pushed from, as the
+	// manifest names it (labels.ManifestStore); a hint, "" if none.
+	Store string `json:"-"`
+	// Embedded says the Slacker layer came with the manifest (its descriptor's
+	// data): the pull read the registry once.
+	Embedded bool `json:"-"`
 }
 
 // Push publishes d at ref as an OCI image whose one layer is the Slacker layer
@@ -128,7 +152,11 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 	}
 	ctx, cancel := o.withTimeout(ctx)
 	defer cancel()
-	layer, err := image.EncodeLayer(d)
+	blockMap := o.BlockMap
+	if len(blockMap) > image.MaxCarriedMap {
+		blockMap = nil // fetched from the store at the pull, as before maps were carried
+	}
+	layer, err := image.EncodeLayerMap(d, blockMap)
 	if err != nil {
 		return nil, err
 	}
@@ -163,15 +191,22 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 			return nil, mapErr(ref, err)
 		}
 	}
+	layerDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: layerDigest, Size: int64(len(layer)),
+		Annotations: map[string]string{labels.LayerSnapshot: d.Snapshot.String()}}
+	if len(layer) <= MaxInlineLayer {
+		layerDesc.Data = layer
+	}
 	m := ocispec.Manifest{
 		MediaType: ocispec.MediaTypeImageManifest,
 		Config:    ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromBytes(cfg), Size: int64(len(cfg))},
-		Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayer, Digest: layerDigest, Size: int64(len(layer)),
-			Annotations: map[string]string{labels.LayerSnapshot: d.Snapshot.String()}}},
+		Layers:    []ocispec.Descriptor{layerDesc},
 		Annotations: map[string]string{
 			labels.ManifestSnapshot:   d.Snapshot.String(),
 			ocispec.AnnotationCreated: created.Format(time.RFC3339),
 		},
+	}
+	if o.Store != "" {
+		m.Annotations[labels.ManifestStore] = o.Store
 	}
 	m.SchemaVersion = 2
 	mb, err := json.Marshal(m)
@@ -208,32 +243,46 @@ func Pull(ctx context.Context, ref string, o Options) (*image.Descriptor, *Resul
 	if err != nil {
 		return nil, nil, mapErr(ref, err)
 	}
-	blob, err := slackerBlob(ref, desc.Manifest, desc.MediaType)
+	blob, store, err := slackerBlob(ref, desc.Manifest, desc.MediaType)
 	if err != nil {
 		return nil, nil, err
 	}
-	if snap := digest.Digest(blob.Annotations[labels.LayerSnapshot]); o.SnapshotNamed != nil && snap.Validate() == nil {
-		o.SnapshotNamed(snap)
+	res := &Result{Reference: r.Name(), ManifestDigest: digest.Digest(desc.Digest.String()), Store: store}
+	b := blob.Data
+	if b != nil {
+		res.Embedded = true
+	} else {
+		if snap := digest.Digest(blob.Annotations[labels.LayerSnapshot]); o.SnapshotNamed != nil && snap.Validate() == nil {
+			o.SnapshotNamed(snap)
+		}
+		if b, err = fetchBlob(ctx, p, r, blob); err != nil {
+			return nil, nil, mapErr(ref, err)
+		}
 	}
+	d, blockMap, err := decodeBlob(ref, blob, b)
+	if err != nil {
+		return nil, nil, err
+	}
+	res.BlockMap = blockMap
+	res.BytesMoved = int64(len(desc.Manifest))
+	if !res.Embedded {
+		res.BytesMoved += int64(len(b))
+	}
+	return d, res, nil
+}
+
+// fetchBlob reads the Slacker blob from the registry, on the puller's connection.
+func fetchBlob(ctx context.Context, p *remote.Puller, r name.Reference, blob ocispec.Descriptor) ([]byte, error) {
 	l, err := p.Layer(ctx, r.Context().Digest(blob.Digest.String()))
 	if err != nil {
-		return nil, nil, mapErr(ref, err)
+		return nil, err
 	}
 	rc, err := l.Compressed()
 	if err != nil {
-		return nil, nil, mapErr(ref, err)
+		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, image.MaxLayerSize+1))
-	if err != nil {
-		return nil, nil, mapErr(ref, err)
-	}
-	d, err := decodeBlob(ref, blob, b)
-	if err != nil {
-		return nil, nil, err
-	}
-	return d, &Result{Reference: r.Name(), ManifestDigest: digest.Digest(desc.Digest.String()),
-		BytesMoved: int64(len(desc.Manifest) + len(b))}, nil
+	return io.ReadAll(io.LimitReader(rc, image.MaxLayerSize+1))
 }
 
 // getManifest reads r's manifest and returns the puller that read it, for the
@@ -288,15 +337,18 @@ func (o Options) getManifestUnpinged(ctx context.Context, r name.Reference) (*re
 const MaxManifestSize = 4 << 20
 
 // slackerBlob checks a pulled manifest and returns the descriptor of the blob that
-// carries the Slacker descriptor: the config (first format) or the one layer.
-func slackerBlob(ref string, raw []byte, mt types.MediaType) (ocispec.Descriptor, error) {
+// carries the Slacker descriptor (the config, first format, or the one layer) and
+// the store the manifest says the snapshot was pushed from ("" if it does not
+// say). Data embedded in the blob's descriptor is the blob only if it is exactly
+// the blob (OCI 1.1: its size and digest); anything else is refused.
+func slackerBlob(ref string, raw []byte, mt types.MediaType) (ocispec.Descriptor, string, error) {
 	var blob ocispec.Descriptor
 	if len(raw) > MaxManifestSize {
-		return blob, fmt.Errorf("%s: manifest of %d bytes is larger than %d: %w", ref, len(raw), MaxManifestSize, image.ErrMalformed)
+		return blob, "", fmt.Errorf("%s: manifest of %d bytes is larger than %d: %w", ref, len(raw), MaxManifestSize, image.ErrMalformed)
 	}
 	var m ocispec.Manifest
 	if err := json.Unmarshal(raw, &m); err != nil {
-		return blob, fmt.Errorf("%s: manifest: %w: %v", ref, image.ErrMalformed, err)
+		return blob, "", fmt.Errorf("%s: manifest: %w: %v", ref, image.ErrMalformed, err)
 	}
 	switch {
 	case m.Config.MediaType == image.MediaType: // descriptor as config (first format)
@@ -308,37 +360,42 @@ func slackerBlob(ref string, raw []byte, mt types.MediaType) (ocispec.Descriptor
 		if mt.IsIndex() {
 			kind = "an image index (" + kind + ")"
 		}
-		return blob, fmt.Errorf("%s is %s with config %q and no Slacker layer: %w; convert it first with `slacker convert %s NAME` and push that",
+		return blob, "", fmt.Errorf("%s is %s with config %q and no Slacker layer: %w; convert it first with `slacker convert %s NAME` and push that",
 			ref, kind, m.Config.MediaType, ErrNotSlacker, ref)
 	}
 	if blob.Size > image.MaxLayerSize || blob.Size < 0 {
-		return blob, fmt.Errorf("%s: Slacker blob of %d bytes is larger than %d: %w", ref, blob.Size, image.MaxLayerSize, image.ErrMalformed)
+		return blob, "", fmt.Errorf("%s: Slacker blob of %d bytes is larger than %d: %w", ref, blob.Size, image.MaxLayerSize, image.ErrMalformed)
 	}
 	if err := blob.Digest.Validate(); err != nil || blob.Digest.Algorithm() != digest.SHA256 {
-		return blob, fmt.Errorf("%s: Slacker blob digest %q: %w", ref, blob.Digest, image.ErrMalformed)
+		return blob, "", fmt.Errorf("%s: Slacker blob digest %q: %w", ref, blob.Digest, image.ErrMalformed)
 	}
-	return blob, nil
+	if blob.Data != nil && (int64(len(blob.Data)) != blob.Size || digest.FromBytes(blob.Data) != blob.Digest) {
+		return blob, "", errdefs.Errorf(errdefs.ErrCorrupt, "%s: the data embedded in the manifest is not its Slacker blob %s", ref, blob.Digest)
+	}
+	return blob, m.Annotations[labels.ManifestStore], nil
 }
 
-// decodeBlob verifies and decodes the blob slackerBlob named.
-func decodeBlob(ref string, blob ocispec.Descriptor, b []byte) (*image.Descriptor, error) {
+// decodeBlob verifies and decodes the blob slackerBlob named, and returns the
+// block map the layer carries, if any (checked to be the snapshot's).
+func decodeBlob(ref string, blob ocispec.Descriptor, b []byte) (*image.Descriptor, []byte, error) {
 	if digest.FromBytes(b) != blob.Digest {
-		return nil, errdefs.Errorf(errdefs.ErrCorrupt, "%s: blob does not match its digest %s", ref, blob.Digest)
+		return nil, nil, errdefs.Errorf(errdefs.ErrCorrupt, "%s: blob does not match its digest %s", ref, blob.Digest)
 	}
 	var d *image.Descriptor
+	var blockMap []byte
 	var err error
 	if blob.MediaType == image.MediaType {
 		d, err = image.Decode(b)
 	} else {
-		d, err = image.DecodeLayer(bytes.NewReader(b))
+		d, blockMap, err = image.DecodeLayerMap(bytes.NewReader(b))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", ref, err)
+		return nil, nil, fmt.Errorf("%s: %w", ref, err)
 	}
 	if want := blob.Annotations[labels.LayerSnapshot]; want != "" && want != d.Snapshot.String() {
-		return nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
+		return nil, nil, fmt.Errorf("%s: the layer names snapshot %s but its annotation says %s: %w", ref, d.Snapshot, want, image.ErrMalformed)
 	}
-	return d, nil
+	return d, blockMap, nil
 }
 
 // mapErr turns transport failures into the package's errors, once.

@@ -2,6 +2,7 @@ package registry
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -16,11 +17,13 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/v1/remote"
+	"github.com/google/go-containerregistry/pkg/v1/types"
 	"github.com/opencontainers/go-digest"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/image"
+	"github.com/slacker-dev/slacker/internal/labels"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
@@ -143,12 +146,20 @@ func TestRoundTrips(t *testing.T) {
 		return append([]string(nil), requests...), pings, conns
 	}
 
-	ref := strings.TrimPrefix(front.URL, "http://") + "/slacker/rt:v1"
+	// Two images: one whose layer the manifest embeds (a small map, or none), one
+	// whose layer is too large for that (a large map): its blob is read apart.
+	host := strings.TrimPrefix(front.URL, "http://")
+	ref, bigRef := host+"/slacker/rt:v1", host+"/slacker/rt:big"
 	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20}
 	if reqs, pings, _ := counted(func() error { _, err := Push(ctx, ref, d, Options{}); return err }); pings != 1 {
 		t.Fatalf("a push pinged the registry %d times, want 1: %q", pings, reqs)
 	}
-	pull := func(insecure bool) func() error {
+	bigMap := make([]byte, MaxInlineLayer+1)
+	big := &image.Descriptor{Snapshot: digest.FromBytes(bigMap), Size: 1 << 30, DataSize: 1 << 20}
+	if _, err := Push(ctx, bigRef, big, Options{BlockMap: bigMap}); err != nil {
+		t.Fatal(err)
+	}
+	pull := func(insecure bool, ref string, d *image.Descriptor, embedded bool) func() error {
 		return func() error {
 			var named digest.Digest
 			var requestsWhenNamed int
@@ -160,25 +171,93 @@ func TestRoundTrips(t *testing.T) {
 			if err == nil && got.Snapshot != d.Snapshot {
 				err = fmt.Errorf("pulled snapshot %s, want %s", got.Snapshot, d.Snapshot)
 			}
-			if err == nil && (named != d.Snapshot || requests[requestsWhenNamed-1] != "GET /v2/slacker/rt/manifests/v1") {
+			manifest := "GET /v2/slacker/rt/manifests/" + ref[strings.LastIndex(ref, ":")+1:]
+			switch {
+			case err != nil:
+			case embedded && named != "":
+				err = fmt.Errorf("SnapshotNamed told %s for a pull that had the layer with the manifest", named)
+			case !embedded && (named != d.Snapshot || requests[requestsWhenNamed-1] != manifest):
 				err = fmt.Errorf("SnapshotNamed told %q after %q, want %s right after the manifest", named, requests[:requestsWhenNamed], d.Snapshot)
 			}
 			return err
 		}
 	}
-	reqs, pings, _ := counted(pull(false))
-	if pings != 1 || len(reqs) != 3 {
-		t.Fatalf("a pull made %d requests (%d pings), want 3 (one ping, the manifest, the blob): %q", len(reqs), pings, reqs)
+	reqs, pings, _ := counted(pull(false, ref, d, true))
+	if pings != 1 || len(reqs) != 2 {
+		t.Fatalf("a pull made %d requests (%d pings), want 2 (one ping, the manifest with the layer): %q", len(reqs), pings, reqs)
 	}
-	reqs, pings, n := counted(pull(true))
+	reqs, pings, n := counted(pull(true, ref, d, true))
+	if pings != 0 || len(reqs) != 1 || n != 1 {
+		t.Fatalf("a plain-HTTP pull made %d requests (%d pings) on %d connections, want 1 (the manifest with the layer): %q", len(reqs), pings, n, reqs)
+	}
+	reqs, pings, n = counted(pull(true, bigRef, big, false))
 	if pings != 0 || len(reqs) != 2 || n != 1 {
-		t.Fatalf("a plain-HTTP pull made %d requests (%d pings) on %d connections, want 2 (the manifest, the blob) on 1: %q", len(reqs), pings, n, reqs)
+		t.Fatalf("a plain-HTTP pull of a large layer made %d requests (%d pings) on %d connections, want 2 (the manifest, the blob) on 1: %q", len(reqs), pings, n, reqs)
 	}
 	mu.Lock()
 	wantToken = true
 	mu.Unlock()
-	reqs, pings, _ = counted(pull(true))
+	reqs, pings, _ = counted(pull(true, ref, d, true))
 	if pings != 1 || !slices.Contains(reqs, "GET /token") {
-		t.Fatalf("a plain-HTTP registry that wants a token: %q, want the refused manifest, then the ping, the token, the manifest and the blob", reqs)
+		t.Fatalf("a plain-HTTP registry that wants a token: %q, want the refused manifest, then the ping, the token and the manifest", reqs)
+	}
+}
+
+// TestCarriedMap pushes the block map in the layer and pulls it back, with the
+// store the manifest names; the layer travels in the manifest while it is small.
+func TestCarriedMap(t *testing.T) {
+	ctx := context.Background()
+	reg := startRegistry(t)
+	for _, tc := range []struct {
+		name     string
+		size     int
+		embedded bool
+	}{{"small map, in the manifest", 40 << 10, true}, {"large map, a blob apart", MaxInlineLayer + 1, false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			m := make([]byte, tc.size)
+			copy(m, tc.name)
+			d := &image.Descriptor{Snapshot: digest.FromBytes(m), Size: 1 << 30, DataSize: 1 << 20, Created: time.Now().UTC().Truncate(time.Second)}
+			ref := reg.Addr + "/slacker/carried:" + strings.ReplaceAll(strings.Fields(tc.name)[0], ",", "")
+			if _, err := Push(ctx, ref, d, Options{BlockMap: m, Store: "s3://store.example/bucket"}); err != nil {
+				t.Fatal(err)
+			}
+			got, res, err := Pull(ctx, ref, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Snapshot != d.Snapshot || string(res.BlockMap) != string(m) || res.Store != "s3://store.example/bucket" || res.Embedded != tc.embedded {
+				t.Fatalf("pulled snapshot %s, map of %d bytes, store %q, embedded %v", got.Snapshot, len(res.BlockMap), res.Store, res.Embedded)
+			}
+		})
+	}
+	// A map too large to carry is left out; the pull then has none.
+	huge := make([]byte, image.MaxCarriedMap+1)
+	d := &image.Descriptor{Snapshot: digest.FromBytes(huge), Size: 1 << 30, Created: time.Now().UTC().Truncate(time.Second)}
+	if _, err := Push(ctx, reg.Addr+"/slacker/carried:huge", d, Options{BlockMap: huge}); err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := Pull(ctx, reg.Addr+"/slacker/carried:huge", Options{}); err != nil || res.BlockMap != nil || res.Store != "" {
+		t.Fatalf("a map too large to carry: %d bytes pulled, store %q, %v", len(res.BlockMap), res.Store, err)
+	}
+}
+
+// TestEmbeddedDataChecked: data embedded in the manifest that is not the blob it
+// describes is refused as corrupt, never decoded.
+func TestEmbeddedDataChecked(t *testing.T) {
+	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, Created: time.Now().UTC()}
+	layer, err := image.EncodeLayer(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{"other bytes": append([]byte("x"), layer[1:]...), "shorter": layer[:len(layer)-1]} {
+		m := ocispec.Manifest{MediaType: ocispec.MediaTypeImageManifest,
+			Config: ocispec.Descriptor{MediaType: ocispec.MediaTypeImageConfig, Digest: digest.FromString("{}"), Size: 2},
+			Layers: []ocispec.Descriptor{{MediaType: ocispec.MediaTypeImageLayer, Digest: digest.FromBytes(layer), Size: int64(len(layer)),
+				Annotations: map[string]string{labels.LayerSnapshot: d.Snapshot.String()}, Data: data}}}
+		m.SchemaVersion = 2
+		raw, _ := json.Marshal(m)
+		if _, _, err := slackerBlob("ref", raw, types.OCIManifestSchema1); !errors.Is(err, errdefs.ErrCorrupt) {
+			t.Errorf("%s: %v, want ErrCorrupt", name, err)
+		}
 	}
 }
