@@ -157,6 +157,12 @@ func (c *Client) PrepareImage(ctx context.Context, id digest.Digest) error {
 	return c.do(ctx, "POST", "/v1/snapshots/"+url.PathEscape(id.String())+"/prepare", nil, nil)
 }
 
+// WarmStore asks the node to open connections to its store ahead of a pull
+// (node.WarmStore); it returns at once.
+func (c *Client) WarmStore(ctx context.Context) error {
+	return c.do(ctx, "POST", "/v1/store/warm", nil, nil)
+}
+
 // SnapshotMap returns the snapshot's encoded block map (a push carries it in
 // the image's Slacker layer).
 func (c *Client) SnapshotMap(ctx context.Context, id digest.Digest) ([]byte, error) {

@@ -217,6 +217,11 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 	// A lookup begun for a pull that then fails is cancelled on return.
 	lookupCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	// While the registry is asked (a connection, then the manifest: two round
+	// trips), slackerd opens connections to the store for what follows the pull.
+	if err := e.client.WarmStore(ctx); err != nil {
+		e.log.Debug("store-warm-not-asked", "err", err)
+	}
 	var ahead *snapshotLookup
 	opts := e.regOpts()
 	opts.SnapshotNamed = func(id digest.Digest) { ahead = e.lookupSnapshot(lookupCtx, id) }

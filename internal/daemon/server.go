@@ -69,6 +69,7 @@ func New(n *node.Node, o Options) *Server {
 	mux.HandleFunc("POST /v1/volumes/{id}/snapshot", s.snapshotVolume)
 	mux.HandleFunc("POST /v1/snapshots/mkfs", s.mkfs)
 	mux.HandleFunc("GET /v1/snapshots/{id}", s.getSnapshot)
+	mux.HandleFunc("POST /v1/store/warm", s.warmStore)
 	mux.HandleFunc("GET /v1/snapshots/{id}/map", s.getSnapshotMap)
 	mux.HandleFunc("PUT /v1/snapshots/{id}/map", s.carryMap)
 	mux.HandleFunc("POST /v1/snapshots/{id}/layout", s.layoutSnapshot)
@@ -331,6 +332,13 @@ func (s *Server) getSnapshot(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, 200, snapshotOf(m, id))
+}
+
+// warmStore opens connections to the store ahead of a pull, in the background
+// (node.WarmStore): 202 at once.
+func (s *Server) warmStore(w http.ResponseWriter, r *http.Request) {
+	s.node.WarmStore()
+	w.WriteHeader(http.StatusAccepted)
 }
 
 // getSnapshotMap answers the snapshot's encoded block map (for a push, which

@@ -178,6 +178,7 @@ type Node struct {
 	// way, which Close waits for; prepareMu orders their start against Close's.
 	prepareMu sync.Mutex
 	preparing sync.WaitGroup
+	warming   atomic.Bool // WarmStore's connections are being opened
 }
 
 type vol struct {
