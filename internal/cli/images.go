@@ -148,6 +148,7 @@ with IMAGE.`,
 
 func newPush(e *env) *cobra.Command {
 	var attach bool
+	embed := true
 	cmd := &cobra.Command{
 		Use:   "push IMAGE REF",
 		Short: "Publish an image's descriptor to an OCI registry (kilobytes; data stays in the store)",
@@ -186,6 +187,7 @@ that moved to another image since the conversion is refused.`,
 					opts.BlockMap = nil
 				}
 				opts.Store = e.info.Store
+				opts.NoEmbed = !embed
 			}
 			res, err := push(ctx, args[1], en.Descriptor, opts)
 			if err != nil {
@@ -201,6 +203,7 @@ that moved to another image since the conversion is refused.`,
 	}
 	cmd.Flags().BoolVar(&e.jsonOut, "json", false, "print the result as JSON")
 	cmd.Flags().BoolVarP(&e.quiet, "quiet", "q", false, "no progress")
+	cmd.Flags().BoolVar(&embed, "embed-layer", true, "embed the Slacker layer (the descriptor and the block map, when at most 60 KiB) in the manifest, so that slacker pull reads it with the manifest; false for a registry read mostly by containerd over links with 1500-byte frames")
 	cmd.Flags().BoolVar(&attach, "attach", false, "attach the descriptor to the ordinary image REF it was converted from, instead of a name of its own")
 	return cmd
 }
@@ -219,9 +222,12 @@ func (e *env) pullImage(ctx context.Context, ref string, noConvert bool) (*image
 	defer cancel()
 	// While the registry is asked (a connection, then the manifest: two round
 	// trips), slackerd opens connections to the store for what follows the pull.
-	if err := e.client.WarmStore(ctx); err != nil {
-		e.log.Debug("store-warm-not-asked", "err", err)
-	}
+	// A hint, asked beside the registry's connection, not before it.
+	go func() {
+		if err := e.client.WarmStore(ctx); err != nil {
+			e.log.Debug("store-warm-not-asked", "err", err)
+		}
+	}()
 	var ahead *snapshotLookup
 	opts := e.regOpts()
 	opts.SnapshotNamed = func(id digest.Digest) { ahead = e.lookupSnapshot(lookupCtx, id) }

@@ -27,14 +27,13 @@ func TestPullThroughFaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { p.Close() })
-	// A carried map too large for the manifest to embed the layer: the pull
-	// reads the layer as a blob, which the faults below meet.
-	blockMap := make([]byte, MaxInlineLayer+1)
-	d := &image.Descriptor{Snapshot: digest.FromBytes(blockMap), Size: 1 << 30, DataSize: 1 << 20,
+	// The layer not embedded in the manifest: the pull reads it as a blob,
+	// which the faults below meet.
+	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20,
 		Created: time.Now().UTC().Truncate(time.Second)}
 	ref := p.Addr() + "/slacker/faults:v1"
 	p.RequireTokens(&faultproxy.TokenAuth{TTL: time.Hour})
-	if _, err := Push(ctx, ref, d, Options{BlockMap: blockMap}); err != nil {
+	if _, err := Push(ctx, ref, d, Options{NoEmbed: true}); err != nil {
 		t.Fatalf("push through the proxy with token auth: %v", err)
 	}
 	p.Heal()

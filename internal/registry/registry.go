@@ -56,20 +56,26 @@ type Options struct {
 	// against the layer: a hint, never a result.
 	SnapshotNamed func(digest.Digest)
 	// BlockMap, for Push: the encoded block map of the descriptor's snapshot, to
-	// be carried in the Slacker layer (image.EncodeLayerMap) if it is at most
-	// image.MaxCarriedMap bytes; nil carries none.
+	// be carried in the Slacker layer (image.EncodeLayerMap) if the layer with it
+	// is embedded in the manifest (at most MaxInlineLayer bytes); nil carries none.
 	BlockMap []byte
 	// Store, for Push: where the snapshot is stored, as the pushing node names
 	// its store; recorded in the manifest (labels.ManifestStore).
 	Store string
+	// NoEmbed, for Push: never embed the Slacker layer in the manifest (see
+	// MaxInlineLayer), nor carry the map in it, for a registry mostly read by
+	// clients that ignore embedded data (containerd) over links whose first TCP
+	// window is small.
+	NoEmbed bool
 }
 
 // MaxInlineLayer bounds a Slacker layer embedded in its manifest's descriptor
 // (the OCI 1.1 descriptor's data field): a pull then reads the descriptor and
 // the carried block map with the manifest, in one round trip. 60 KiB, 80 KB
 // in base64: with the rest of the manifest, within the first window a new TCP
-// connection is sent over a link with 9000-byte frames (ten segments). A larger
-// layer is a blob of its own, read on the same connection after the manifest.
+// connection is sent over a link with 9000-byte frames (ten segments). A layer
+// that would be larger carries no map and is a blob of its own, read on the
+// same connection after the manifest, beside the map's lookup in the store.
 const MaxInlineLayer = 60 << 10
 
 func (o Options) ref(s string) (name.Reference, error) {
@@ -152,13 +158,26 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 	}
 	ctx, cancel := o.withTimeout(ctx)
 	defer cancel()
-	blockMap := o.BlockMap
-	if len(blockMap) > image.MaxCarriedMap {
-		blockMap = nil // fetched from the store at the pull, as before maps were carried
+	// The map rides in the layer only if the layer then travels in the manifest:
+	// a layer read apart would be read after the manifest, slower than the
+	// store's lookup of the map beside it (the window of a new connection grows
+	// a round trip at a time), and the pull waits for the layer.
+	var layer []byte
+	if o.BlockMap != nil && len(o.BlockMap) <= image.MaxCarriedMap && !o.NoEmbed {
+		l, err := image.EncodeLayerMap(d, o.BlockMap)
+		if err != nil {
+			return nil, err
+		}
+		if len(l) <= MaxInlineLayer {
+			layer = l
+		}
 	}
-	layer, err := image.EncodeLayerMap(d, blockMap)
-	if err != nil {
-		return nil, err
+	if layer == nil {
+		l, err := image.EncodeLayer(d)
+		if err != nil {
+			return nil, err
+		}
+		layer = l
 	}
 	layerDigest := digest.FromBytes(layer)
 	arch := d.Platform.Architecture
@@ -193,7 +212,7 @@ func Push(ctx context.Context, ref string, d *image.Descriptor, o Options) (*Res
 	}
 	layerDesc := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: layerDigest, Size: int64(len(layer)),
 		Annotations: map[string]string{labels.LayerSnapshot: d.Snapshot.String()}}
-	if len(layer) <= MaxInlineLayer {
+	if len(layer) <= MaxInlineLayer && !o.NoEmbed {
 		layerDesc.Data = layer
 	}
 	m := ocispec.Manifest{

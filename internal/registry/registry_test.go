@@ -146,17 +146,16 @@ func TestRoundTrips(t *testing.T) {
 		return append([]string(nil), requests...), pings, conns
 	}
 
-	// Two images: one whose layer the manifest embeds (a small map, or none), one
-	// whose layer is too large for that (a large map): its blob is read apart.
+	// Two images: one whose layer the manifest embeds, one pushed with NoEmbed:
+	// its blob is read apart.
 	host := strings.TrimPrefix(front.URL, "http://")
 	ref, bigRef := host+"/slacker/rt:v1", host+"/slacker/rt:big"
 	d := &image.Descriptor{Snapshot: digest.FromString("snap"), Size: 1 << 30, DataSize: 1 << 20}
 	if reqs, pings, _ := counted(func() error { _, err := Push(ctx, ref, d, Options{}); return err }); pings != 1 {
 		t.Fatalf("a push pinged the registry %d times, want 1: %q", pings, reqs)
 	}
-	bigMap := make([]byte, MaxInlineLayer+1)
-	big := &image.Descriptor{Snapshot: digest.FromBytes(bigMap), Size: 1 << 30, DataSize: 1 << 20}
-	if _, err := Push(ctx, bigRef, big, Options{BlockMap: bigMap}); err != nil {
+	big := &image.Descriptor{Snapshot: digest.FromString("apart"), Size: 1 << 30, DataSize: 1 << 20}
+	if _, err := Push(ctx, bigRef, big, Options{NoEmbed: true}); err != nil {
 		t.Fatal(err)
 	}
 	pull := func(insecure bool, ref string, d *image.Descriptor, embedded bool) func() error {
@@ -192,7 +191,7 @@ func TestRoundTrips(t *testing.T) {
 	}
 	reqs, pings, n = counted(pull(true, bigRef, big, false))
 	if pings != 0 || len(reqs) != 2 || n != 1 {
-		t.Fatalf("a plain-HTTP pull of a large layer made %d requests (%d pings) on %d connections, want 2 (the manifest, the blob) on 1: %q", len(reqs), pings, n, reqs)
+		t.Fatalf("a plain-HTTP pull of a layer not embedded made %d requests (%d pings) on %d connections, want 2 (the manifest, the blob) on 1: %q", len(reqs), pings, n, reqs)
 	}
 	mu.Lock()
 	wantToken = true
@@ -209,10 +208,10 @@ func TestCarriedMap(t *testing.T) {
 	ctx := context.Background()
 	reg := startRegistry(t)
 	for _, tc := range []struct {
-		name     string
-		size     int
-		embedded bool
-	}{{"small map, in the manifest", 40 << 10, true}, {"large map, a blob apart", MaxInlineLayer + 1, false}} {
+		name    string
+		size    int
+		carried bool
+	}{{"small map, in the manifest", 40 << 10, true}, {"large map, not carried", MaxInlineLayer + 1, false}} {
 		t.Run(tc.name, func(t *testing.T) {
 			m := make([]byte, tc.size)
 			copy(m, tc.name)
@@ -225,10 +224,23 @@ func TestCarriedMap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Snapshot != d.Snapshot || string(res.BlockMap) != string(m) || res.Store != "s3://store.example/bucket" || res.Embedded != tc.embedded {
+			want := m
+			if !tc.carried { // too large to embed with the layer: left to the store's lookup
+				want = nil
+			}
+			if got.Snapshot != d.Snapshot || string(res.BlockMap) != string(want) || res.Store != "s3://store.example/bucket" || !res.Embedded {
 				t.Fatalf("pulled snapshot %s, map of %d bytes, store %q, embedded %v", got.Snapshot, len(res.BlockMap), res.Store, res.Embedded)
 			}
 		})
+	}
+	// NoEmbed: the layer is a blob apart, without the map.
+	m := []byte("a small map, not embedded")
+	d0 := &image.Descriptor{Snapshot: digest.FromBytes(m), Size: 1 << 30, Created: time.Now().UTC().Truncate(time.Second)}
+	if _, err := Push(ctx, reg.Addr+"/slacker/carried:noembed", d0, Options{BlockMap: m, NoEmbed: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, res, err := Pull(ctx, reg.Addr+"/slacker/carried:noembed", Options{}); err != nil || res.Embedded || res.BlockMap != nil {
+		t.Fatalf("NoEmbed: embedded %v, map %q, %v", res.Embedded, res.BlockMap, err)
 	}
 	// A map too large to carry is left out; the pull then has none.
 	huge := make([]byte, image.MaxCarriedMap+1)
