@@ -4,8 +4,12 @@
 // image's command, environment and platform, and one layer, the Slacker layer
 // (image.EncodeLayer): a tar of a few kilobytes carrying the descriptor (snapshot ID
 // and image configuration), annotated in the manifest with the snapshot ID so that
-// containerd's Slacker snapshotter mounts the snapshot instead of unpacking it. Pull
-// fetches the manifest and that layer: kilobytes, whatever the image's size (it
+// containerd's Slacker snapshotter mounts the snapshot instead of unpacking it. When
+// the layer with the snapshot's block map in it is at most MaxInlineLayer, the
+// manifest embeds it (the descriptor's data, OCI 1.1) and names the pushing node's
+// store: Pull then has the descriptor and the map with the manifest, in one request
+// (Result.BlockMap), and a node of that store need not look the map up. Otherwise
+// Pull fetches the manifest and the layer: kilobytes, whatever the image's size (it
 // still reads the first format, whose config blob was the descriptor). Chunk data
 // never goes through the registry.
 //
