@@ -362,7 +362,7 @@ type published struct {
 // on store, converts the Debian layout there, pushes it to the registry as
 // slacker/debian:bookworm and stops the node: what a CI pipeline leaves for the
 // nodes that run the image.
-func publishDebian(t *testing.T, work, store, addr string) published {
+func publishDebian(t *testing.T, work, store, addr string, pushFlags ...string) published {
 	t.Helper()
 	layout := testenv.DebianOCI(t)
 	reg, err := services.StartRegistry(context.Background(), services.RegistryOptions{Dir: filepath.Join(work, "registry"), Addr: addr})
@@ -374,7 +374,7 @@ func publishDebian(t *testing.T, work, store, addr string) published {
 	a := testenv.StartProcess(t, filepath.Join(work, "publisher"), store)
 	defer a.Stop()
 	cli(t, a, 0, "convert", "-q", "oci:"+layout+":bookworm", "debian:bookworm")
-	cli(t, a, 0, "push", "debian:bookworm", p.ref)
+	cli(t, a, 0, append(append([]string{"push"}, pushFlags...), "debian:bookworm", p.ref)...)
 	var images []struct {
 		Descriptor struct {
 			DataSize int64 `json:"dataSize"`

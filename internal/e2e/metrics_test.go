@@ -65,7 +65,10 @@ func TestMetricsScrape(t *testing.T) {
 	ctx := context.Background()
 	work := t.TempDir()
 	store := filepath.Join(work, "store")
-	ref := publishDebian(t, work, store, "").ref
+	// Pushed without the block map in its manifest: the pull looks the map up in
+	// the store, a request the metrics must show (a local store's chunks are
+	// read in place, not requested).
+	ref := publishDebian(t, work, store, "", "--embed-layer=false").ref
 
 	addr := freeAddr(t, "127.0.0.1")
 	b := testenv.StartProcess(t, filepath.Join(work, "nodeB"), store, "--metrics-address", addr)
