@@ -174,8 +174,9 @@ type Node struct {
 	adopt  *adoption          // what Open found in place, taking the node over
 
 	closing atomic.Bool // Close has begun: image roots no longer linger
-	// preparing counts PrepareImage's mounts and CarryMap's store checks under
-	// way, which Close waits for; prepareMu orders their start against Close's.
+	// preparing counts PrepareImage's mounts, CarryMap's store checks and
+	// WarmStore's requests under way, which Close waits for; prepareMu orders
+	// their start against Close's.
 	prepareMu sync.Mutex
 	preparing sync.WaitGroup
 	warming   atomic.Bool // WarmStore's connections are being opened
