@@ -163,9 +163,10 @@ func DecodeLayerMap(r io.Reader) (*Descriptor, []byte, error) {
 	if d == nil {
 		return nil, nil, ErrNotSlackerLayer
 	}
-	if blockMap != nil && digest.FromBytes(blockMap) != d.Snapshot {
-		return nil, nil, fmt.Errorf("%w: the layer carries the block map of %s, not of its snapshot %s", ErrMalformed,
-			digest.FromBytes(blockMap), d.Snapshot)
+	if blockMap != nil {
+		if got := digest.FromBytes(blockMap); got != d.Snapshot {
+			return nil, nil, fmt.Errorf("%w: the layer carries the block map of %s, not of its snapshot %s", ErrMalformed, got, d.Snapshot)
+		}
 	}
 	return d, blockMap, nil
 }

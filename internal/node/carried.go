@@ -27,8 +27,9 @@ const carriedCheckTimeout = 30 * time.Second
 //
 // What a lookup in the store also told, that the snapshot is still there, is
 // checked in the background: if the store no longer has it, the map is
-// forgotten, so that the container that follows fails as it would have after a
-// lookup ("not in the store"), not on its first missing chunk. The caller
+// forgotten, so that a container made after that fails as it would have after a
+// lookup ("not in the store"); one made before the check answers fails on its
+// first missing chunk, as with a map kept from an earlier pull. The caller
 // passes only maps from manifests that name this node's store (a map pushed from
 // another store is looked up there, where NotInStore says what to do).
 func (n *Node) CarryMap(ctx context.Context, id digest.Digest, b []byte) error {
