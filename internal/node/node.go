@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -25,6 +26,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/blockmap"
 	"github.com/slacker-dev/slacker/internal/cache"
 	"github.com/slacker-dev/slacker/internal/errdefs"
+	"github.com/slacker-dev/slacker/internal/ext4meta"
 	"github.com/slacker-dev/slacker/internal/fetch"
 	"github.com/slacker-dev/slacker/internal/fusefs"
 	"github.com/slacker-dev/slacker/internal/fuseholder"
@@ -261,6 +263,11 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(),
 		FirstStartAhead: cfg.FirstStartReadahead, StoreRoundTrip: n.fetcher.RoundTrip, Logger: log}
+	if !n.localStore {
+		// A first start fetches the image's inode tables in use as it begins
+		// (docs/design.md, "A first start loads the inode tables").
+		popts.FirstStartRanges = inodeTables
+	}
 	if refs, ok := cfg.Store.(store.Refs); ok {
 		popts.Traces = refs
 	}
@@ -1255,4 +1262,18 @@ func (n *Node) replayBudget() int64 {
 		return max(mem/2, 1<<20)
 	}
 	return max(n.cfg.CacheBytes/2, 1<<20)
+}
+
+// inodeTables is prefetch.Options.FirstStartRanges for a volume holding an ext4
+// filesystem: the ranges of its inode tables in use.
+func inodeTables(base io.ReaderAt, size int64) ([][2]int64, error) {
+	rs, err := ext4meta.InodeTables(base, size)
+	if err != nil {
+		return nil, err
+	}
+	out := make([][2]int64, len(rs))
+	for i, r := range rs {
+		out[i] = [2]int64{r.Off, r.Off + r.Len}
+	}
+	return out, nil
 }

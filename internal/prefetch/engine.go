@@ -3,6 +3,7 @@ package prefetch
 import (
 	"cmp"
 	"context"
+	"io"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -87,15 +88,21 @@ type Options struct {
 	// StoreRoundTrip estimates the store's round trip (fetch.Fetcher.RoundTrip;
 	// 0: not known yet). Nil: a first start never loads near its reads.
 	StoreRoundTrip func() time.Duration
-	Logger         *slog.Logger
+	// FirstStartRanges returns the [start, end) byte ranges of a base that a
+	// start with no trace to replay loads as it begins, whatever program it
+	// runs, given a reader of the base (the node gives a filesystem's inode
+	// tables in use: package ext4meta). Nil, or an error: none.
+	FirstStartRanges func(base io.ReaderAt, size int64) ([][2]int64, error)
+	Logger           *slog.Logger
 }
 
 // Stats are the node's counters of fetching ahead.
 type Stats struct {
 	ReadaheadChunks int64 `json:"readahead_chunks"` // chunks fetched ahead of sequential readers
 	ReplayedChunks  int64 `json:"replayed_chunks"`  // chunks fetched by start-up trace replays
-	// FirstStartChunks are chunks fetched near the reads of starts that had no
-	// trace to replay (Options.FirstStartAhead).
+	// FirstStartChunks are chunks fetched for starts that had no trace to
+	// replay: near their reads (Options.FirstStartAhead) and the ranges every
+	// start reads (Options.FirstStartRanges).
 	FirstStartChunks int64 `json:"first_start_chunks"`
 	FetchedBytes     int64 `json:"fetched_bytes"`   // bytes all three moved from the store
 	Busy             int64 `json:"busy"`            // loads not started: every slot was busy

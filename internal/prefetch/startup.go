@@ -156,9 +156,13 @@ func (s *startup) lookup() {
 	if !gone {
 		// Record until the window closes, or until the volume goes first.
 		s.timer = time.AfterFunc(max(0, e.opts.StartupWindow-time.Since(start)), s.write)
+		until := time.Now().Add(max(0, e.opts.StartupWindow-time.Since(start)))
 		if e.opts.FirstStartAhead > 0 && e.opts.StoreRoundTrip != nil && old == nil {
 			// Until a trace is replayed (a fallback's, below), load near the reads.
-			s.r.first.begin(time.Now().Add(max(0, e.opts.StartupWindow-time.Since(start))))
+			s.r.first.begin(until)
+		}
+		if e.opts.FirstStartRanges != nil && old == nil {
+			e.goBackground(&e.bg, func() { s.loadFirstRanges(until) })
 		}
 	}
 	s.mu.Unlock()

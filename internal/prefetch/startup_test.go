@@ -3,8 +3,10 @@ package prefetch
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -435,5 +437,85 @@ func TestFirstStartLoadsNearItsReads(t *testing.T) {
 	read(r3, 20)
 	if es := e3.Stats(); es.FirstStartChunks != 0 {
 		t.Errorf("a start replaying a trace loaded %d chunks near its reads", es.FirstStartChunks)
+	}
+}
+
+// A start with no trace to replay loads the ranges FirstStartRanges names (read
+// from the base through the cache, not as the volume's reads), once; a start
+// that replays a trace does not.
+func TestFirstStartLoadsItsRanges(t *testing.T) {
+	ctx := context.Background()
+	const chunk = 64 << 10
+	m := chunkedMap(64, chunk)
+	snapshot := digest.FromString("image")
+	var calls atomic.Int64
+	ranges := func(base io.ReaderAt, size int64) ([][2]int64, error) {
+		calls.Add(1)
+		if size != m.Size {
+			t.Errorf("size %d, want %d", size, m.Size)
+		}
+		sb := make([]byte, 2048)
+		if _, err := base.ReadAt(sb, 1024); err != nil { // a superblock, say
+			return nil, err
+		}
+		if _, err := base.ReadAt(make([]byte, 10), m.Size-5); err != io.EOF {
+			t.Errorf("a read past the base's end: %v, want EOF", err)
+		}
+		// Chunks 5-6 and 30, and a range past the end of the base.
+		return [][2]int64{{5 * chunk, 7*chunk - 100}, {30*chunk + 10, 30*chunk + 20}, {m.Size, m.Size + chunk}}, nil
+	}
+	st := traceStore(t)
+	f1 := newFakeCache()
+	e1 := New(f1, Options{Traces: st, FirstStartRanges: ranges, StoreRoundTrip: func() time.Duration { return time.Millisecond }})
+	r1 := e1.Open("first", m)
+	r1.BeginStartup(snapshot, nil, nil)
+	waitRecording(t, r1)
+	for deadline := time.Now().Add(5 * time.Second); e1.Stats().FirstStartChunks < 3; time.Sleep(2 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("engine stats %+v: want 3 first-start chunks", e1.Stats())
+		}
+	}
+	f1.mu.Lock()
+	for i, c := range m.Chunks {
+		want := i == 5 || i == 6 || i == 30 || i == 0 || i == 63 // loaded, or read for the ranges
+		if f1.requested[c.Digest] != want {
+			t.Errorf("chunk %d fetched %v, want %v", i, f1.requested[c.Digest], want)
+		}
+	}
+	if f1.loaded != 3 {
+		t.Errorf("%d chunks loaded, want 3", f1.loaded)
+	}
+	f1.mu.Unlock()
+	if rs := r1.Stats(); rs.BaseReadBytes != 0 || len(rs.BaseReadRuns) != 0 {
+		t.Errorf("the ranges' reads counted as the volume's: %+v", rs)
+	}
+	if err := r1.ReadAt(ctx, make([]byte, 100), 40*chunk); err != nil {
+		t.Fatal(err)
+	}
+	r1.Close() // the trace is written: chunk 40, not what the ranges read
+	e1.Close(ctx)
+	b, err := st.GetRef(ctx, trace.RefName(snapshot))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := trace.Decode(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tr.Chunks) != 1 || tr.Chunks[0].Digest != m.Chunks[40].Digest {
+		t.Errorf("trace chunks %v, want chunk 40's alone", tr.Chunks)
+	}
+
+	// The next start replays that trace and loads no ranges.
+	f2 := newFakeCache()
+	e2 := New(f2, Options{Traces: st, FirstStartRanges: ranges})
+	defer e2.Close(ctx)
+	r2 := e2.Open("traced", m)
+	defer r2.Close()
+	r2.BeginStartup(snapshot, nil, nil)
+	waitReplayed(t, e2, 1)
+	e2.bg.Wait()
+	if calls.Load() != 1 || e2.Stats().FirstStartChunks != 0 {
+		t.Errorf("ranges asked %d times, %d chunks loaded, want once, for the first start", calls.Load(), e2.Stats().FirstStartChunks)
 	}
 }

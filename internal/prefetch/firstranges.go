@@ -1,0 +1,101 @@
+package prefetch
+
+import (
+	"context"
+	"io"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/opencontainers/go-digest"
+
+	"github.com/slacker-dev/slacker/internal/blockmap"
+)
+
+// firstRangesTimeout bounds the reading of what Options.FirstStartRanges needs
+// (a filesystem's superblock and descriptors: a chunk or two).
+const firstRangesTimeout = 10 * time.Second
+
+// baseAt reads a Reader's base through the cache for a hint: the reads are not
+// the volume's (neither counted nor recorded in its trace), though what they
+// fetch stays in the cache for the volume's own.
+type baseAt struct {
+	ctx context.Context
+	r   *Reader
+}
+
+func (b baseAt) ReadAt(p []byte, off int64) (int, error) {
+	size := b.r.base.Size
+	if off < 0 || off >= size {
+		return 0, io.EOF
+	}
+	n := int(min(int64(len(p)), size-off))
+	clear(p[:n])
+	for _, pc := range b.r.base.Lookup(off, int64(n)) {
+		if pc.Hole {
+			continue
+		}
+		if _, err := b.r.e.cache.ReadChunk(b.ctx, pc.Chunk, p[pc.Offset-off:pc.Offset-off+pc.Length], pc.ChunkOffset); err != nil {
+			return 0, err
+		}
+	}
+	if n < len(p) {
+		return n, io.EOF
+	}
+	return n, nil
+}
+
+// loadFirstRanges loads the chunks of the ranges Options.FirstStartRanges names
+// in the reader's base (for a filesystem, its inode tables in use), in volume
+// order, ReplayParallel at once, within the replay budget, while the start
+// lasts: a start with no trace to replay opens files, and each open of a file
+// whose inode lies in a part of the table not yet fetched would otherwise wait
+// for it, one dependent fetch after another (docs/design.md, "A first start
+// loads the inode tables").
+func (s *startup) loadFirstRanges(until time.Time) {
+	r, e := s.r, s.r.e
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), firstRangesTimeout)
+	ranges, err := e.opts.FirstStartRanges(baseAt{ctx: ctx, r: r}, r.base.Size)
+	cancel()
+	if err != nil {
+		s.log.Debug("first-start-ranges-unknown", "err", err)
+		return
+	}
+	var cs []blockmap.Chunk
+	var total int64
+	seen := map[digest.Digest]bool{}
+collect:
+	for _, rg := range ranges {
+		for _, pc := range r.base.Lookup(rg[0], rg[1]-rg[0]) {
+			if pc.Hole || seen[pc.Chunk.Digest] {
+				continue
+			}
+			if total+pc.Chunk.Size > e.opts.ReplayBudget {
+				break collect
+			}
+			seen[pc.Chunk.Digest] = true
+			total += pc.Chunk.Size
+			cs = append(cs, pc.Chunk)
+		}
+	}
+	stop := func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return s.gone || time.Now().After(until)
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range min(e.opts.ReplayParallel, len(cs)) {
+		wg.Go(func() {
+			for !stop() {
+				i := int(next.Add(1) - 1)
+				if i >= len(cs) || !e.loadNow(r, cs[i:i+1], &e.firstStart) {
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	s.log.Info("first-start-ranges-loaded", "ranges", len(ranges), "chunks", len(cs), "bytes", total, "took", time.Since(start))
+}
