@@ -794,9 +794,10 @@ func (h *harness) sample(ctx context.Context, t task, run, seq int) (s Sample) {
 	if err := sys.Cold(ctx); err != nil {
 		return fail("cold", err)
 	}
-	var near0 int64
+	var near0, dropped0 int64
 	if h.link != nil {
 		_, near0 = h.link.Bytes()
+		dropped0 = h.link.Dropped()
 	}
 	pctx, cancel := context.WithTimeout(ctx, pullTimeout)
 	pull, err := sys.Pull(pctx, ref)
@@ -827,7 +828,7 @@ func (h *harness) sample(ctx context.Context, t task, run, seq int) (s Sample) {
 	}
 	if h.link != nil {
 		_, near1 := h.link.Bytes()
-		s.LinkBytes = near1 - near0
+		s.LinkBytes, s.LinkDropped = near1-near0, h.link.Dropped()-dropped0
 		if _, counts := sys.(rig.TrafficCounter); !counts {
 			// The system cannot say what it moved (stargz): what crossed the link
 			// towards the node is all it fetched (IP level, so a few % high).

@@ -191,10 +191,13 @@ type Sample struct {
 	Output   string `json:"output,omitempty"`
 
 	// RegistryBytes and StoreBytes are what the node moved during pull and run;
-	// LinkBytes what crossed the emulated link towards the node (IP level).
+	// LinkBytes what crossed the emulated link towards the node (IP level), and
+	// LinkDropped the packets the link dropped meanwhile, either way, its queue
+	// full (each costs its TCP connection a retransmission).
 	RegistryBytes int64 `json:"registry_bytes"`
 	StoreBytes    int64 `json:"store_bytes"`
 	LinkBytes     int64 `json:"link_bytes,omitempty"`
+	LinkDropped   int64 `json:"link_dropped,omitempty"`
 	// ReadBytes is how much of the image the container read (-1: the system
 	// cannot tell).
 	ReadBytes int64 `json:"read_bytes"`
