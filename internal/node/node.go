@@ -264,8 +264,9 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(),
 		FirstStartAhead: cfg.FirstStartReadahead, StoreRoundTrip: n.fetcher.RoundTrip, Logger: log}
 	if !n.localStore {
-		// A first start fetches the image's inode tables in use as it begins
-		// (docs/design.md, "A first start loads the inode tables").
+		// A first start fetches the image's inode tables in use as it begins,
+		// from a store 5 ms or more away (docs/design.md, "A first start loads
+		// the inode tables").
 		popts.FirstStartRanges = inodeTables
 	}
 	if refs, ok := cfg.Store.(store.Refs); ok {

@@ -23,10 +23,11 @@
 //   - first starts: a start that found no trace to replay loads the chunks of
 //     the FirstStartAhead bytes after each of its reads, each once, while the
 //     store's round trip (Options.StoreRoundTrip) is FirstStartMinRoundTrip or
-//     more: what a first start reads next mostly lies near what it read. It
-//     also loads, as it begins, the ranges Options.FirstStartRanges names
-//     (whatever program it runs: a filesystem's inode tables in use, which the
-//     node reads with package ext4meta), ReplayParallel at once.
+//     more: what a first start reads next mostly lies near what it read. Under
+//     the same gate it also loads, as it begins, the ranges
+//     Options.FirstStartRanges names (whatever program it runs: a filesystem's
+//     inode tables in use, which the node reads with package ext4meta),
+//     ReplayParallel at once.
 //
 // Background loads run on the Engine, one per node, which bounds how many run at
 // once (a load that finds every slot busy is not queued: the caller asks again at

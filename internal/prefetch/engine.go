@@ -90,8 +90,9 @@ type Options struct {
 	StoreRoundTrip func() time.Duration
 	// FirstStartRanges returns the [start, end) byte ranges of a base that a
 	// start with no trace to replay loads as it begins, whatever program it
-	// runs, given a reader of the base (the node gives a filesystem's inode
-	// tables in use: package ext4meta). Nil, or an error: none.
+	// runs, when StoreRoundTrip says the store is at least
+	// FirstStartMinRoundTrip away, given a reader of the base (the node gives a
+	// filesystem's inode tables in use: package ext4meta). Nil, or an error: none.
 	FirstStartRanges func(base io.ReaderAt, size int64) ([][2]int64, error)
 	Logger           *slog.Logger
 }

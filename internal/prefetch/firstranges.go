@@ -48,7 +48,8 @@ func (b baseAt) ReadAt(p []byte, off int64) (int, error) {
 // loadFirstRanges loads the chunks of the ranges Options.FirstStartRanges names
 // in the reader's base (for a filesystem, its inode tables in use), in volume
 // order, ReplayParallel at once, within the replay budget, while the start
-// lasts: a start with no trace to replay opens files, and each open of a file
+// lasts and the store is FirstStartMinRoundTrip or more away: a start with no
+// trace to replay opens files, and each open of a file
 // whose inode lies in a part of the table not yet fetched would otherwise wait
 // for it, one dependent fetch after another (docs/design.md, "A first start
 // loads the inode tables").
@@ -60,6 +61,12 @@ func (s *startup) loadFirstRanges(until time.Time) {
 	cancel()
 	if err != nil {
 		s.log.Debug("first-start-ranges-unknown", "err", err)
+		return
+	}
+	// Asked after the ranges' reads, which may have fetched and so measured:
+	// nearer than FirstStartMinRoundTrip, a first start gained nothing from
+	// these loads (HelloBench at 1 ms) and a small one fetched more for them.
+	if e.opts.StoreRoundTrip == nil || e.opts.StoreRoundTrip() < FirstStartMinRoundTrip {
 		return
 	}
 	var cs []blockmap.Chunk

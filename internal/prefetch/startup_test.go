@@ -441,8 +441,9 @@ func TestFirstStartLoadsNearItsReads(t *testing.T) {
 }
 
 // A start with no trace to replay loads the ranges FirstStartRanges names (read
-// from the base through the cache, not as the volume's reads), once; a start
-// that replays a trace does not.
+// from the base through the cache, not as the volume's reads), once, from a far
+// store; from a near one it reads them and loads nothing; a start that replays
+// a trace does neither.
 func TestFirstStartLoadsItsRanges(t *testing.T) {
 	ctx := context.Background()
 	const chunk = 64 << 10
@@ -466,7 +467,7 @@ func TestFirstStartLoadsItsRanges(t *testing.T) {
 	}
 	st := traceStore(t)
 	f1 := newFakeCache()
-	e1 := New(f1, Options{Traces: st, FirstStartRanges: ranges, StoreRoundTrip: func() time.Duration { return time.Millisecond }})
+	e1 := New(f1, Options{Traces: st, FirstStartRanges: ranges, StoreRoundTrip: func() time.Duration { return 20 * time.Millisecond }})
 	r1 := e1.Open("first", m)
 	r1.BeginStartup(snapshot, nil, nil)
 	waitRecording(t, r1)
@@ -506,16 +507,29 @@ func TestFirstStartLoadsItsRanges(t *testing.T) {
 		t.Errorf("trace chunks %v, want chunk 40's alone", tr.Chunks)
 	}
 
-	// The next start replays that trace and loads no ranges.
+	// A first start near its store: the ranges are asked for, nothing is loaded.
+	fn := newFakeCache()
+	en := New(fn, Options{Traces: traceStore(t), FirstStartRanges: ranges, StoreRoundTrip: func() time.Duration { return time.Millisecond }})
+	rn := en.Open("near", m)
+	rn.BeginStartup(snapshot, nil, nil)
+	waitRecording(t, rn)
+	en.bg.Wait()
+	if calls.Load() != 2 || en.Stats().FirstStartChunks != 0 {
+		t.Errorf("near store: ranges asked %d times in all, %d chunks loaded, want twice and none", calls.Load(), en.Stats().FirstStartChunks)
+	}
+	rn.Close()
+	en.Close(ctx)
+
+	// The next start replays the first one's trace and asks for no ranges.
 	f2 := newFakeCache()
-	e2 := New(f2, Options{Traces: st, FirstStartRanges: ranges})
+	e2 := New(f2, Options{Traces: st, FirstStartRanges: ranges, StoreRoundTrip: func() time.Duration { return 20 * time.Millisecond }})
 	defer e2.Close(ctx)
 	r2 := e2.Open("traced", m)
 	defer r2.Close()
 	r2.BeginStartup(snapshot, nil, nil)
 	waitReplayed(t, e2, 1)
 	e2.bg.Wait()
-	if calls.Load() != 1 || e2.Stats().FirstStartChunks != 0 {
-		t.Errorf("ranges asked %d times, %d chunks loaded, want once, for the first start", calls.Load(), e2.Stats().FirstStartChunks)
+	if calls.Load() != 2 || e2.Stats().FirstStartChunks != 0 {
+		t.Errorf("ranges asked %d times in all, %d chunks loaded by a replayed start, want twice (the first starts) and none", calls.Load(), e2.Stats().FirstStartChunks)
 	}
 }
