@@ -95,8 +95,9 @@ type Daemon struct {
 	// FirstStartReadahead is what a container's start loads after each of its
 	// reads of the image while the image has no start-up trace to replay (its
 	// first start anywhere, or one that records a new trace), when the store is
-	// 5 ms or more away: default 1MiB, "off" for nothing. docs/design.md, "A
-	// first start reads near what it read".
+	// 5 ms or more away: default 1MiB, "off" for nothing (neither these loads
+	// nor those of the image's inode tables as a first start begins).
+	// docs/design.md, "A first start reads near what it read".
 	FirstStartReadahead string `toml:"first_start_readahead"`
 	// StartupChunkSize is the largest chunk a start-up layout (slacker optimize)
 	// gathers start-up data into (default 1MiB): larger than chunk_size, so that a

@@ -119,7 +119,12 @@ func testManyNodes(t *testing.T, layout, backend string) {
 		ns.Dial(t, reg.Addr)
 	}
 	a := node{t, nw.Nodes[0], testenv.StartProcessIn(t, nw.Nodes[0], filepath.Join(work, "nodeA"), loc)}
-	b := node{t, nw.Nodes[1], testenv.StartProcessIn(t, nw.Nodes[1], filepath.Join(work, "nodeB"), loc)}
+	// B loads nothing ahead of a first start's reads: it does so only from a
+	// store 5 ms or more away, and on a busy CI machine a store behind this
+	// bridge can answer that slowly, which made B's first run fetch more than
+	// the lazy start the docs measured, in some runs only (docs/design.md, "A
+	// first start loads the inode tables").
+	b := node{t, nw.Nodes[1], testenv.StartProcessIn(t, nw.Nodes[1], filepath.Join(work, "nodeB"), loc, "--first-start-readahead", "off")}
 
 	// A: convert (every chunk goes to the store over the veth) and push the name.
 	start := time.Now()

@@ -91,7 +91,7 @@ type Config struct {
 	StartupReadahead int64
 	// FirstStartReadahead is what a start loads after each of its reads of an
 	// image that has no start-up trace to replay (prefetch.Options.FirstStartAhead:
-	// 0 its default, negative nothing).
+	// 0 its default, negative nothing, nor the loads of its inode tables).
 	FirstStartReadahead int64
 	// StartupChunkSize is the largest chunk LayoutStartup gathers start-up data
 	// into (0: DefaultStartupChunkSize).
@@ -263,10 +263,10 @@ func Open(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	popts := prefetch.Options{StartupWindow: cfg.StartupWindow, ReplayBudget: n.replayBudget(),
 		FirstStartAhead: cfg.FirstStartReadahead, StoreRoundTrip: n.fetcher.RoundTrip, Logger: log}
-	if !n.localStore {
+	if !n.localStore && cfg.FirstStartReadahead >= 0 {
 		// A first start fetches the image's inode tables in use as it begins,
 		// from a store 5 ms or more away (docs/design.md, "A first start loads
-		// the inode tables").
+		// the inode tables"); first_start_readahead = "off" turns both off.
 		popts.FirstStartRanges = inodeTables
 	}
 	if refs, ok := cfg.Store.(store.Refs); ok {
