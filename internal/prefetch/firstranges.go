@@ -49,10 +49,9 @@ func (b baseAt) ReadAt(p []byte, off int64) (int, error) {
 // in the reader's base (for a filesystem, its inode tables in use), in volume
 // order, ReplayParallel at once, within the replay budget, while the start
 // lasts and the store is FirstStartMinRoundTrip or more away: a start with no
-// trace to replay opens files, and each open of a file
-// whose inode lies in a part of the table not yet fetched would otherwise wait
-// for it, one dependent fetch after another (docs/design.md, "A first start
-// loads the inode tables").
+// trace to replay opens files, and each open of a file whose inode lies in a
+// part of the table not yet fetched would otherwise wait for it, one dependent
+// fetch after another (docs/design.md, "A first start loads the inode tables").
 func (s *startup) loadFirstRanges(until time.Time) {
 	r, e := s.r, s.r.e
 	start := time.Now()
@@ -74,6 +73,9 @@ func (s *startup) loadFirstRanges(until time.Time) {
 	seen := map[digest.Digest]bool{}
 collect:
 	for _, rg := range ranges {
+		if rg[0] < 0 || rg[1] <= rg[0] {
+			continue
+		}
 		for _, pc := range r.base.Lookup(rg[0], rg[1]-rg[0]) {
 			if pc.Hole || seen[pc.Chunk.Digest] {
 				continue
