@@ -3,8 +3,6 @@ package prefetch
 import (
 	"context"
 	"io"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/opencontainers/go-digest"
@@ -47,11 +45,12 @@ func (b baseAt) ReadAt(p []byte, off int64) (int, error) {
 
 // loadFirstRanges loads the chunks of the ranges Options.FirstStartRanges names
 // in the reader's base (for a filesystem, its inode tables in use), in volume
-// order, ReplayParallel at once, within the replay budget, while the start
-// lasts and the store is FirstStartMinRoundTrip or more away: a start with no
-// trace to replay opens files, and each open of a file whose inode lies in a
-// part of the table not yet fetched would otherwise wait for it, one dependent
-// fetch after another (docs/design.md, "A first start loads the inode tables").
+// order as a trace's replay loads (loadInOrder), within the replay budget, while
+// the start lasts and the store is FirstStartMinRoundTrip or more away: a start
+// with no trace to replay opens files, and each open of a file whose inode lies
+// in a part of the table not yet fetched would otherwise wait for it, one
+// dependent fetch after another (docs/design.md, "A first start loads the inode
+// tables").
 func (s *startup) loadFirstRanges(until time.Time) {
 	r, e := s.r, s.r.e
 	start := time.Now()
@@ -88,23 +87,6 @@ collect:
 			cs = append(cs, pc.Chunk)
 		}
 	}
-	stop := func() bool {
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		return s.gone || time.Now().After(until)
-	}
-	var next atomic.Int64
-	var wg sync.WaitGroup
-	for range min(e.opts.ReplayParallel, len(cs)) {
-		wg.Go(func() {
-			for !stop() {
-				i := int(next.Add(1) - 1)
-				if i >= len(cs) || !e.loadNow(r, cs[i:i+1], &e.firstStart) {
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
+	s.loadInOrder(cs, &e.firstStart, until)
 	s.log.Info("first-start-ranges-loaded", "ranges", len(ranges), "chunks", len(cs), "bytes", total, "took", time.Since(start))
 }

@@ -232,36 +232,38 @@ func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 		}
 		total += c.Size
 	}
+	s.loadInOrder(cs, &e.replayed, time.Now().Add(e.opts.StartupWindow))
+	log.Info("startup-trace-replayed", "chunks", len(cs), "bytes", total, "of_chunks", len(t.Chunks),
+		"took", time.Since(start))
+}
+
+// loadInOrder loads cs into the cache in their order, ReplayParallel loads in
+// flight (each a group of replayGroup chunks where the store reads several per
+// request), counted in kind, until until or until the volume goes.
+func (s *startup) loadInOrder(cs []blockmap.Chunk, kind *atomic.Int64, until time.Time) {
+	r, e := s.r, s.r.e
 	group := 1
 	if e.cache.BatchLoads() {
 		group = replayGroup
 	}
-	deadline := time.Now().Add(e.opts.StartupWindow)
 	stop := func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.gone || time.Now().After(deadline)
+		return s.gone || time.Now().After(until)
 	}
 	var next atomic.Int64 // the next group to load
 	var wg sync.WaitGroup
 	for range min(e.opts.ReplayParallel, (len(cs)+group-1)/group) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
+		wg.Go(func() {
 			for !stop() {
 				i := int(next.Add(1)-1) * group
-				if i >= len(cs) {
-					return
-				}
-				if !e.loadNow(r, cs[i:min(i+group, len(cs))], &e.replayed) {
-					return // the engine is closing
+				if i >= len(cs) || !e.loadNow(r, cs[i:min(i+group, len(cs))], kind) {
+					return // done, or the engine is closing
 				}
 			}
-		}()
+		})
 	}
 	wg.Wait()
-	log.Info("startup-trace-replayed", "chunks", len(cs), "bytes", total, "of_chunks", len(t.Chunks),
-		"took", time.Since(start))
 }
 
 // write stores the recorded trace, once, if the store had none.
