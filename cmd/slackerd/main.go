@@ -93,6 +93,7 @@ func command() *cobra.Command {
 			set("fuse-hold", &cfg.FUSEHold, flags.FUSEHold)
 			set("volume-readahead", &cfg.VolumeReadahead, flags.VolumeReadahead)
 			set("startup-readahead", &cfg.StartupReadahead, flags.StartupReadahead)
+			set("replay-readahead", &cfg.ReplayReadahead, flags.ReplayReadahead)
 			set("first-start-readahead", &cfg.FirstStartReadahead, flags.FirstStartReadahead)
 			set("startup-chunk-size", &cfg.StartupChunkSize, flags.StartupChunkSize)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
@@ -127,6 +128,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.FUSEHold, "fuse-hold", "", "how long the node's FUSE connection waits for a new slackerd after this one dies or hands over (SIGUSR2), its containers' I/O waiting meanwhile (default 1m; \"off\": no holder, containers' I/O fails when slackerd dies)")
 	f.StringVar(&flags.VolumeReadahead, "volume-readahead", "", "the kernel's readahead on each mounted volume's loop device: how far a container's ext4 reads, and a lazy volume fetches, ahead of what is asked (default 1MiB)")
 	f.StringVar(&flags.StartupReadahead, "startup-readahead", "", "the readahead of a start's volume while it starts (its start-up window), when its chunks come from a remote store: what a start reads, its trace keeps and later starts fetch (default 16KiB; \"off\": --volume-readahead throughout)")
+	f.StringVar(&flags.ReplayReadahead, "replay-readahead", "", "the readahead of a start's volume within its start-up window once the start replays its image's trace (default 8KiB; \"off\": --startup-readahead throughout)")
 	f.StringVar(&flags.FirstStartReadahead, "first-start-readahead", "", "what a start loads after each of its reads of an image with no start-up trace yet (its first start), for its start-up window, when the store is 5 ms or more away (default 1MiB; \"off\": nothing, nor the image's inode tables as the start begins)")
 	f.StringVar(&flags.StartupChunkSize, "startup-chunk-size", "", "largest chunk a start-up layout (slacker optimize) gathers start-up data into (default 1MiB)")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
@@ -197,6 +199,7 @@ func run(cfg config.Daemon) error {
 		RootMode: node.RootMode(r.ContainerRoot), LocalImageBytes: r.LocalImageBytes,
 		LocalImageFormat: node.LocalImageFormat(r.LocalImageFormat),
 		ImageRootLinger:  r.ImageRootLinger, VolumeReadahead: r.VolumeReadahead, StartupReadahead: r.StartupReadahead,
+		ReplayReadahead:     r.ReplayReadahead,
 		FirstStartReadahead: r.FirstStartReadahead, StartupChunkSize: r.StartupChunkSize,
 		Fetch: fetchOpts, ObserveFUSE: observeFUSE, Holder: holder,
 		Lease: node.LeaseConfig{Interval: r.LeaseInterval, TTL: r.LeaseTTL, Hold: r.SnapshotHold,

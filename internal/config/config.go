@@ -92,6 +92,12 @@ type Daemon struct {
 	// (default 16KiB; "off": volume_readahead throughout). docs/design.md, "A
 	// start reads ahead little".
 	StartupReadahead string `toml:"startup_readahead"`
+	// ReplayReadahead is the readahead of a start's volume, within its start-up
+	// window, once the start replays its image's trace: what the trace did not
+	// hold is then read in small requests, not in windows around it that the
+	// trace never saw (default 8KiB; "off": startup_readahead throughout).
+	// docs/design.md, "A replayed start reads ahead less".
+	ReplayReadahead string `toml:"replay_readahead"`
 	// FirstStartReadahead is what a container's start loads after each of its
 	// reads of the image while the image has no start-up trace to replay (its
 	// first start anywhere, or one that records a new trace), when the store is
@@ -179,6 +185,7 @@ type Resolved struct {
 	FUSEHold                        time.Duration // 0: off (no holder)
 	VolumeReadahead                 int64         // bytes; 0: the node's default
 	StartupReadahead                int64         // bytes; 0: the node's default; negative: off
+	ReplayReadahead                 int64         // bytes; 0: the node's default; negative: off
 	FirstStartReadahead             int64         // bytes; 0: the node's default; negative: off
 	StartupChunkSize                int64         // bytes; 0: the node's default
 }
@@ -313,6 +320,15 @@ func (d Daemon) Resolve() (Resolved, error) {
 		r.StartupReadahead = -1
 	default:
 		if r.StartupReadahead, err = blockMultiple("startup_readahead", d.StartupReadahead, 16<<20); err != nil {
+			return r, fmt.Errorf("%w, or off", err)
+		}
+	}
+	switch d.ReplayReadahead {
+	case "":
+	case "off":
+		r.ReplayReadahead = -1
+	default:
+		if r.ReplayReadahead, err = blockMultiple("replay_readahead", d.ReplayReadahead, 16<<20); err != nil {
 			return r, fmt.Errorf("%w, or off", err)
 		}
 	}

@@ -250,3 +250,21 @@ func TestStartupReadahead(t *testing.T) {
 		}
 	}
 }
+
+func TestReplayReadahead(t *testing.T) {
+	const bad = -2
+	for value, want := range map[string]int64{"": 0, "off": -1, "4KiB": 4 << 10, "8KiB": 8 << 10, "0": bad, "6000": bad, "32MiB": bad, "lots": bad} {
+		d := Defaults()
+		d.Root, d.ReplayReadahead = t.TempDir(), value
+		r, err := d.Resolve()
+		if want == bad {
+			if err == nil || !strings.Contains(err.Error(), "replay_readahead") || !strings.Contains(err.Error(), "off") {
+				t.Errorf("%q: err %v, want one naming replay_readahead and off", value, err)
+			}
+			continue
+		}
+		if err != nil || r.ReplayReadahead != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.ReplayReadahead, err, want)
+		}
+	}
+}

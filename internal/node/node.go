@@ -89,6 +89,12 @@ type Config struct {
 	// DefaultStartupReadahead; negative: VolumeReadahead throughout. A local
 	// store's volumes read ahead VolumeReadahead always.
 	StartupReadahead int64
+	// ReplayReadahead is the readahead of a start's volume, within its start-up
+	// window, from when the start begins to replay its image's trace
+	// (startupreadahead.go): 0 DefaultReplayReadahead; negative:
+	// StartupReadahead throughout the window. Only where StartupReadahead
+	// applies.
+	ReplayReadahead int64
 	// FirstStartReadahead is what a start loads after each of its reads of an
 	// image that has no start-up trace to replay (prefetch.Options.FirstStartAhead:
 	// 0 its default, negative nothing, nor the loads of its inode tables).
@@ -661,7 +667,7 @@ func (n *Node) CreateVolume(ctx context.Context, opts CreateOptions) (VolumeInfo
 	}
 	n.vols[id] = x
 	if opts.Startup {
-		x.files = newRootFiles(n.log.With("volume", id, "snapshot", opts.Snapshot))
+		x.files = newRootFiles(n.log.With("volume", id, "snapshot", opts.Snapshot), func() { n.replayReadahead(x) })
 		r.BeginStartup(opts.Snapshot, opts.StartupFallback, x.files)
 	}
 	n.lease.poke()

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -129,7 +130,8 @@ func TestStartupReadahead(t *testing.T) {
 			s = remoteStore{st, st}
 		}
 		n, err := Open(ctx, Config{Root: filepath.Join(dir, fmt.Sprint("node", i)), Store: s, CacheBytes: 256 << 20,
-			DefaultSize: 1 << 30, StartupWindow: window, StartupReadahead: tc.setting, RootMode: tc.mode, Logger: testLogger()})
+			DefaultSize: 1 << 30, StartupWindow: window, StartupReadahead: tc.setting, RootMode: tc.mode, Logger: testLogger(),
+			ReplayReadahead: -1}) // the cases share a store: a later one replays an earlier one's trace (TestReplayReadahead)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -186,6 +188,119 @@ func TestStartupReadahead(t *testing.T) {
 			}
 		}
 		if err := n.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReplayReadahead: on a node whose store is remote, a start that replays
+// its image's trace reads ahead ReplayReadahead (by default
+// DefaultReplayReadahead) from then until its start-up window closes, when the
+// volume readahead comes back; with the replay readahead off, it keeps the
+// start-up readahead throughout the window.
+func TestReplayReadahead(t *testing.T) {
+	requirePrivileged(t)
+	testutil.RequireOverlay(t)
+	ctx := context.Background()
+	readahead := func(dev string) int64 {
+		t.Helper()
+		b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "read_ahead_kb"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kb, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return kb << 10
+	}
+	const window = 3 * time.Second
+	for _, tc := range []struct {
+		name    string
+		mode    RootMode
+		setting int64 // Config.ReplayReadahead
+		want    int64 // once the replay began
+	}{
+		{"shared root", RootShared, 0, DefaultReplayReadahead},
+		{"block clone, 4 KiB", RootBlock, 4 << 10, 4 << 10},
+		{"shared root, off", RootShared, -1, DefaultStartupReadahead},
+	} {
+		dir := t.TempDir()
+		st, err := local.Open(filepath.Join(dir, "store"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		open := func(name string) *Node {
+			n, err := Open(ctx, Config{Root: filepath.Join(dir, name), Store: remoteStore{st, st}, CacheBytes: 256 << 20,
+				DefaultSize: 1 << 30, StartupWindow: window, ReplayReadahead: tc.setting, RootMode: tc.mode, Logger: testLogger()})
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { n.Close(ctx) })
+			return n
+		}
+		// The first start records the trace: its container reads the big file.
+		n := open("node1")
+		img, big := sharedImage(t, n)
+		if _, err := n.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: tc.mode, Startup: true}); err != nil {
+			t.Fatal(err)
+		}
+		v, err := n.MountVolume(ctx, "c", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(v.Mountpoint, "big")); err != nil || !bytes.Equal(got, big) {
+			t.Fatalf("%s: the big file: %v", tc.name, err)
+		}
+		if err := n.DeleteVolume(ctx, "c"); err != nil {
+			t.Fatal(err)
+		}
+		waitTrace(t, st, img)
+		if err := n.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+
+		// The next node's start replays it.
+		n2 := open("node2")
+		mounted := time.Now()
+		if _, err := n2.CreateVolume(ctx, CreateOptions{ID: "c", Snapshot: img, Mode: tc.mode, Startup: true}); err != nil {
+			t.Fatal(err)
+		}
+		v, err = n2.MountVolume(ctx, "c", false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev := v.Device
+		if tc.mode == RootShared {
+			root, err := n2.Volume(imageRootID(img))
+			if err != nil {
+				t.Fatal(err)
+			}
+			dev = root.Device
+		}
+		for deadline := time.Now().Add(10 * time.Second); n2.Stats().Prefetch.TracesReplayed == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: the next node's start replayed no trace: %+v", tc.name, n2.Stats().Prefetch)
+			}
+		}
+		for deadline := time.Now().Add(window / 2); readahead(dev) != tc.want && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if got := readahead(dev); got != tc.want && time.Since(mounted) < window {
+			t.Errorf("%s: the replaying start's volume reads ahead %d KiB, want %d", tc.name, got>>10, tc.want>>10)
+		}
+		// The window closes: the volume readahead comes back.
+		for readahead(dev) != DefaultVolumeReadahead {
+			if time.Since(mounted) > window+10*time.Second {
+				t.Fatalf("%s: %s still reads ahead %d KiB %v after its mount, the window being %v",
+					tc.name, dev, readahead(dev)>>10, time.Since(mounted).Round(time.Millisecond), window)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if err := n2.DeleteVolume(ctx, "c"); err != nil {
+			t.Fatal(err)
+		}
+		if err := n2.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
 	}

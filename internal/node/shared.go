@@ -230,7 +230,7 @@ func (n *Node) acquireImage(ctx context.Context, snapshot digest.Digest, startup
 			// Its files are recorded or warmed once it is mounted (x.files).
 			if x, err := n.get(id); err == nil {
 				x.mu.Lock()
-				x.files = newRootFiles(n.log.With("snapshot", snapshot, "volume", id))
+				x.files = newRootFiles(n.log.With("snapshot", snapshot, "volume", id), func() { n.replayReadahead(x) })
 				files := x.files
 				x.mu.Unlock()
 				x.r.BeginStartup(snapshot, fallback, files)

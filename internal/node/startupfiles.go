@@ -22,6 +22,9 @@ type rootFiles struct {
 	ctx     context.Context // ends at close: a warm-up stops
 	cancel  context.CancelFunc
 	mounted chan struct{} // closed once the root is mounted, or will not be
+	// replaying is called once the root is mounted, when the start replays a
+	// trace, before the warm-up (the node narrows the root's readahead).
+	replaying func()
 
 	mu      sync.Mutex
 	mnt     string // the root's mountpoint, once mounted
@@ -31,9 +34,9 @@ type rootFiles struct {
 	warming sync.WaitGroup // a warm-up with files open on the root
 }
 
-func newRootFiles(log *slog.Logger) *rootFiles {
+func newRootFiles(log *slog.Logger, replaying func()) *rootFiles {
 	ctx, cancel := context.WithCancel(context.Background())
-	return &rootFiles{log: log, ctx: ctx, cancel: cancel, mounted: make(chan struct{})}
+	return &rootFiles{log: log, ctx: ctx, cancel: cancel, mounted: make(chan struct{}), replaying: replaying}
 }
 
 // mountedAt tells f that the root is mounted at mnt: the files the start opens
@@ -114,8 +117,9 @@ func (f *rootFiles) Files(blocks []runs.Run) []trace.File {
 	return rec.Files(blocks, blockmap.BlockSize)
 }
 
-// Replay warms the root's page cache from files, once the root is mounted, until
-// the root goes.
+// Replay, once the root is mounted, tells the node that the start replays a
+// trace, then warms the root's page cache from its files (if any) until the
+// root goes.
 func (f *rootFiles) Replay(files []trace.File) {
 	select {
 	case <-f.mounted:
@@ -123,8 +127,21 @@ func (f *rootFiles) Replay(files []trace.File) {
 		return
 	}
 	f.mu.Lock()
-	mnt := f.mnt
-	if mnt == "" || f.closed {
+	mnt, closed := f.mnt, f.closed
+	f.mu.Unlock()
+	if mnt == "" || closed {
+		return
+	}
+	if f.replaying != nil {
+		// Not under f.mu, nor counted in f.warming: the node takes the volume's
+		// lock, which an unmount holds while it closes f.
+		f.replaying()
+	}
+	if len(files) == 0 {
+		return
+	}
+	f.mu.Lock()
+	if f.closed {
 		f.mu.Unlock()
 		return
 	}

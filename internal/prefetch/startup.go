@@ -81,8 +81,8 @@ type StartupFiles interface {
 	// the ranges of it that blocks (what the start read of the volume, in
 	// BlockSize blocks) hold; called when the trace is written.
 	Files(blocks []runs.Run) []trace.File
-	// Replay is called with the files of the trace the start replays, as its
-	// chunks begin to load.
+	// Replay is called when the start replays a trace, as its chunks begin to
+	// load, with the trace's files (none in a trace without them).
 	Replay(files []trace.File)
 }
 
@@ -220,7 +220,7 @@ func (s *startup) replay(log *slog.Logger, t *trace.Trace, start time.Time) {
 	r.ra.pause(max(0, e.opts.StartupWindow-time.Since(start)))
 	r.first.stop()
 	e.tracesReplayed.Add(1)
-	if s.files != nil && len(t.Files) > 0 {
+	if s.files != nil {
 		e.goBackground(&e.bg, func() { s.files.Replay(t.Files) })
 	}
 	cs := t.BlockmapChunks()
