@@ -20,8 +20,12 @@ type RunSpec struct {
 	Args []string
 	// Stdin, when not nil, is the container's standard input; nil gives none.
 	Stdin io.Reader
-	// Stdout and Stderr receive the container's output (nil discards it). Given the
-	// same writer, the two are one stream, in the order the container wrote them.
+	// Stdout and Stderr receive the container's output (nil discards it), and
+	// Stderr the run command's own errors. Given the same writer, the two are one
+	// stream: in the order the container wrote them where they share one pipe;
+	// where they come through two channels (ctr's FIFOs, the containerd path's
+	// files), each keeps its order, but a chunk of one may come before an
+	// earlier chunk of the other.
 	Stdout, Stderr io.Writer
 }
 
@@ -72,6 +76,13 @@ type ContainerOps struct {
 	// Remove deletes the stopped container and returns its statistics (-1 where
 	// unknown).
 	Remove func(ctx context.Context) (ContainerStats, error)
+	// Output, when set, delivers the container's output, which does not come
+	// through the run command's (the run command's own output still goes where
+	// the spec says): it is called before the run command starts, with the writers
+	// of the container's stdout and stderr, and returns finish, which is called
+	// once the run command has exited and returns when all the output has been
+	// written. Done is closed after that. Nil: the output is the run command's.
+	Output func(stdout, stderr io.Writer) (finish func() error, err error)
 }
 
 // StartContainer starts cmd, the command that runs the container in the
@@ -89,15 +100,37 @@ func StartContainer(cmd *exec.Cmd, spec RunSpec, ops ContainerOps) (*Container, 
 		cmd.Stdout = orDiscard(spec.Stdout)
 		cmd.Stderr = io.MultiWriter(c.stderr, orDiscard(spec.Stderr))
 	}
+	var finishOutput func() error
+	if ops.Output != nil {
+		// The container's output and the run command's reach the same writers
+		// from different goroutines: one at a time.
+		mu := &sync.Mutex{}
+		cmd.Stdout, cmd.Stderr = &lockedWriter{mu: mu, w: cmd.Stdout}, &lockedWriter{mu: mu, w: cmd.Stderr}
+		var err error
+		if finishOutput, err = ops.Output(cmd.Stdout, cmd.Stderr); err != nil {
+			return nil, fmt.Errorf("output of %s: %w", spec.Name, err)
+		}
+	}
 	// Its own process group: a ^C of the harness reaches the harness, which stops the
 	// container itself, rather than killing the CLI in the middle of its clean-up.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	c.Started = time.Now()
 	if err := cmd.Start(); err != nil {
+		if finishOutput != nil {
+			finishOutput()
+		}
 		return nil, fmt.Errorf("start %s: %w", cmd.Path, err)
 	}
 	go func() {
 		err := cmd.Wait()
+		if finishOutput != nil {
+			if ferr := finishOutput(); ferr != nil {
+				fmt.Fprintf(c.stderr, "\nharness: the output of %s: %v\n", spec.Name, ferr)
+				if err == nil {
+					err = fmt.Errorf("the output of %s: %w", spec.Name, ferr)
+				}
+			}
+		}
 		var ee *exec.ExitError
 		switch {
 		case errors.As(err, &ee):
@@ -122,6 +155,18 @@ func sameWriter(a, b io.Writer) (same bool) {
 		}
 	}()
 	return a == b
+}
+
+// lockedWriter is a writer that takes a lock, shared with others, for each write.
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func orDiscard(w io.Writer) io.Writer {

@@ -4,8 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -165,5 +169,79 @@ func TestContainerOneStream(t *testing.T) {
 	wait(t, c)
 	if out.String() != "1\n2\n3\n4\n" || c.StderrTail() != "1\n2\n3\n4" {
 		t.Errorf("output %q, tail %q", out.String(), c.StderrTail())
+	}
+}
+
+// notifyWriter keeps what is written and closes seen once it holds want.
+type notifyWriter struct {
+	mu   sync.Mutex
+	b    strings.Builder
+	want string
+	seen chan struct{}
+}
+
+func (w *notifyWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.b.Write(p)
+	if w.seen != nil && strings.Contains(w.b.String(), w.want) {
+		close(w.seen)
+		w.seen = nil
+	}
+	return len(p), nil
+}
+
+func (w *notifyWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
+
+// TestContainerOutputFiles: a container whose output comes through files (as on
+// the containerd path) has it delivered while it runs, and all of it before Done;
+// the run command's own standard error still reaches Stderr and the tail.
+func TestContainerOutputFiles(t *testing.T) {
+	dir := t.TempDir()
+	out, errf := filepath.Join(dir, "stdout"), filepath.Join(dir, "stderr")
+	for _, f := range []string{out, errf} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gate := filepath.Join(dir, "go")
+	f := &fakeOps{cmd: exec.Command("sh", "-c", `echo ready >> "$1"; echo e1 >> "$2"; while [ ! -e "$3" ]; do sleep 0.01; done; echo done >> "$1"; echo e2 >> "$2"; echo own >&2`,
+		"sh", out, errf, gate)}
+	ops := f.ops()
+	ops.Output = func(o, e io.Writer) (func() error, error) {
+		return followFiles([]string{out, errf}, []io.Writer{o, e})
+	}
+	stdout := &notifyWriter{want: "ready\n", seen: make(chan struct{})}
+	seen := stdout.seen
+	stderr := &notifyWriter{}
+	c, err := StartContainer(f.cmd, RunSpec{Name: "c5", Stdout: stdout, Stderr: stderr}, ops)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-seen:
+	case <-c.Done():
+		t.Fatalf("exited before its first line came; stdout %q", stdout.String())
+	case <-time.After(10 * time.Second):
+		t.Fatalf("the first line never came; stdout %q", stdout.String())
+	}
+	if err := os.WriteFile(gate, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	wait(t, c)
+	if c.ExitCode() != 0 || c.Err() != nil || stdout.String() != "ready\ndone\n" {
+		t.Errorf("exit %d, err %v, stdout %q", c.ExitCode(), c.Err(), stdout.String())
+	}
+	// The run command's own output and the container's come separately: each in
+	// its order.
+	if e := stderr.String(); strings.Count(e, "own\n") != 1 || strings.Replace(e, "own\n", "", 1) != "e1\ne2\n" {
+		t.Errorf("stderr %q", e)
+	}
+	if tail := c.StderrTail() + "\n"; strings.Count(tail, "own\n") != 1 || strings.Replace(tail, "own\n", "", 1) != "e1\ne2\n" {
+		t.Errorf("tail %q", tail)
 	}
 }

@@ -158,15 +158,38 @@ func (c *Containerd) Pull(ctx context.Context, ref string) (time.Duration, error
 	return r.Took, err
 }
 
+// Run runs a container to its end. Without input, its output goes through
+// files, not through ctr (ctrlog.go says why): Stdout is the container's, Stderr
+// the container's then ctr's own, and Took is ctr's run.
 func (c *Containerd) Run(ctx context.Context, ref string, args []string, stdin io.Reader) (RunResult, error) {
+	if c.c == nil {
+		return RunResult{}, fmt.Errorf("containerd is not running (Cold first)")
+	}
 	id := fmt.Sprintf("bench-%d-%d", os.Getpid(), c.seq.Add(1))
-	return c.ctr(ctx, stdin, append([]string{"run", "--rm", "--snapshotter", c.o.Snapshotter, ref, id}, args...)...)
+	run := []string{"run", "--rm", "--snapshotter", c.o.Snapshotter}
+	if stdin != nil {
+		return c.ctr(ctx, stdin, append(append(run, ref, id), args...)...)
+	}
+	dir := filepath.Join(c.o.Dir, "containers", id)
+	defer os.RemoveAll(dir)
+	uri, err := ctrLogURI(dir)
+	if err != nil {
+		return RunResult{}, err
+	}
+	r, err := c.ctr(ctx, nil, append(append(run, "--log-uri", uri, ref, id), args...)...)
+	stdout, stderr := ctrLogFiles(dir)
+	out, oerr := os.ReadFile(stdout)
+	errb, eerr := os.ReadFile(stderr)
+	r.Stdout, r.Stderr = string(out)+r.Stdout, string(errb)+r.Stderr
+	return r, errors.Join(err, oerr, eerr)
 }
 
 // Start runs `ctr run` in the background, with what Docker gives a container and ctr
 // does not: an /etc/hosts (and hostname, resolv.conf) bound in, and the image's own
 // /run (a fresh copy of it) instead of containerd's empty tmpfs. ctr cannot set a
-// hostname, so the container keeps the host's, and /etc/hosts names it.
+// hostname, so the container keeps the host's, and /etc/hosts names it. The
+// container's output comes through files the shim writes, not through ctr, unless
+// it has input (ctrlog.go says why).
 func (c *Containerd) Start(ctx context.Context, ref string, spec RunSpec) (*Container, error) {
 	return c.start(ctx, ref, nil, spec)
 }
@@ -196,6 +219,21 @@ func (c *Containerd) start(ctx context.Context, ref string, root *RootFS, spec R
 		return nil, err
 	}
 	args := []string{"-a", c.c.Socket, "-n", "bench", "run", "--pid-file", filepath.Join(dir, "pid")}
+	var output func(stdout, stderr io.Writer) (func() error, error)
+	if spec.Stdin == nil {
+		// The output through files, followed while the container runs (ctrlog.go
+		// says why). A container with input keeps ctr's FIFOs: ctr forwards its
+		// input (feedStdin), which a --log-uri would drop.
+		uri, err := ctrLogURI(filepath.Join(dir, "output"))
+		if err != nil {
+			return nil, err
+		}
+		args = append(args, "--log-uri", uri)
+		stdout, stderr := ctrLogFiles(filepath.Join(dir, "output"))
+		output = func(o, e io.Writer) (func() error, error) {
+			return followFiles([]string{stdout, stderr}, []io.Writer{o, e})
+		}
+	}
 	image := ref
 	if root != nil {
 		args = append(args, "--rootfs")
@@ -220,7 +258,7 @@ func (c *Containerd) start(ctx context.Context, ref string, root *RootFS, spec R
 	}
 	args = append(append(args, image, spec.Name), spec.Args...)
 	sock := c.c.Socket
-	var ops ContainerOps
+	ops := ContainerOps{Output: output}
 	ops.PID = func(context.Context) (int, error) {
 		b, err := os.ReadFile(filepath.Join(dir, "pid"))
 		if err != nil {
