@@ -11,6 +11,8 @@ if [ "$(id -u)" != 0 ]; then
 fi
 
 packages=(fuse3 e2fsprogs runc containerd containernetworking-plugins iptables docker-registry skopeo umoci debootstrap tar iproute2 util-linux ca-certificates gcc libc6-dev docker.io)
+# strace: bench/rig's TestContainerdOutput slows ctr down with it, to reproduce ctr's lost output.
+packages+=(strace)
 # The evaluation (docs/EVALUATION.md): fio, filesystems to compare, server benchmarks.
 packages+=(fio xfsprogs btrfs-progs postgresql-client redis-tools wrk)
 missing=()

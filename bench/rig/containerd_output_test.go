@@ -140,8 +140,9 @@ func TestContainerdOutput(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		testutil.RequireTool(t, "strace")
 		if out, err := exec.Command("strace", "-f", "-qq", "-o", "/dev/null", "true").CombinedOutput(); err != nil {
-			t.Skipf("no strace here: %v %s", err, out)
+			testutil.Missing(t, fmt.Sprintf("a working strace (%v: %s)", err, out))
 		}
 		var paths strings.Builder
 		for fd := 8; fd <= 64; fd++ {
