@@ -300,8 +300,77 @@ func TestReplayReadahead(t *testing.T) {
 		if err := n2.DeleteVolume(ctx, "c"); err != nil {
 			t.Fatal(err)
 		}
+		if tc.setting == 0 {
+			recordingWhileReplaying(t, n2, st, img, tc.mode, open)
+		}
 		if err := n2.Close(ctx); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// recordingWhileReplaying: a change of img (a commit) has no trace yet, so a
+// cold node's start of it replays img's trace, given as a fallback, while it
+// records its own: it keeps the start-up readahead, which decides what its
+// trace holds.
+func recordingWhileReplaying(t *testing.T, n *Node, st *local.Store, img digest.Digest, mode RootMode, open func(string) *Node) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := n.CreateVolume(ctx, CreateOptions{ID: "change", Snapshot: img}); err != nil {
+		t.Fatal(err)
+	}
+	cv, err := n.MountVolume(ctx, "change", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cv.Mountpoint, "new"), []byte("a change"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.UnmountVolume(ctx, "change"); err != nil {
+		t.Fatal(err)
+	}
+	img2, err := n.SnapshotVolume(ctx, "change", SnapshotOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.DeleteVolume(ctx, "change"); err != nil {
+		t.Fatal(err)
+	}
+	n3 := open("node3")
+	if _, err := n3.CreateVolume(ctx, CreateOptions{ID: "c3", Snapshot: img2.ID, Mode: mode, Startup: true,
+		StartupFallback: []digest.Digest{img2.ID, img}}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := n3.MountVolume(ctx, "c3", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dev := v.Device
+	if mode == RootShared {
+		root, err := n3.Volume(imageRootID(img2.ID))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dev = root.Device
+	}
+	for deadline := time.Now().Add(10 * time.Second); n3.Stats().Prefetch.TracesReplayed == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the change's start replayed no trace: %+v", n3.Stats().Prefetch)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // a replay readahead would be set by now
+	b, err := os.ReadFile(filepath.Join("/sys/block", filepath.Base(dev), "queue", "read_ahead_kb"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if kb := strings.TrimSpace(string(b)); kb != strconv.Itoa(DefaultStartupReadahead>>10) {
+		t.Errorf("a start that records its trace while it replays its parent's reads ahead %s KiB, want the start-up readahead, %d",
+			kb, DefaultStartupReadahead>>10)
+	}
+	if err := n3.DeleteVolume(ctx, "c3"); err != nil {
+		t.Fatal(err)
+	}
+	if err := n3.Close(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

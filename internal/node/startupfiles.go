@@ -23,7 +23,9 @@ type rootFiles struct {
 	cancel  context.CancelFunc
 	mounted chan struct{} // closed once the root is mounted, or will not be
 	// replaying is called once the root is mounted, when the start replays a
-	// trace, before the warm-up (the node narrows the root's readahead).
+	// trace and records none, before the warm-up (the node narrows the root's
+	// readahead; a start that records keeps the start-up readahead, which
+	// decides what its trace holds).
 	replaying func()
 
 	mu      sync.Mutex
@@ -118,8 +120,8 @@ func (f *rootFiles) Files(blocks []runs.Run) []trace.File {
 }
 
 // Replay, once the root is mounted, tells the node that the start replays a
-// trace, then warms the root's page cache from its files (if any) until the
-// root goes.
+// trace (if it records none: Record(false) came first), then warms the root's
+// page cache from its files (if any) until the root goes.
 func (f *rootFiles) Replay(files []trace.File) {
 	select {
 	case <-f.mounted:
@@ -127,12 +129,12 @@ func (f *rootFiles) Replay(files []trace.File) {
 		return
 	}
 	f.mu.Lock()
-	mnt, closed := f.mnt, f.closed
+	mnt, closed, recording := f.mnt, f.closed, !f.noRec
 	f.mu.Unlock()
 	if mnt == "" || closed {
 		return
 	}
-	if f.replaying != nil {
+	if f.replaying != nil && !recording {
 		// Not under f.mu, nor counted in f.warming: the node takes the volume's
 		// lock, which an unmount holds while it closes f.
 		f.replaying()

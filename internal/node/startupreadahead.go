@@ -101,7 +101,9 @@ func (n *Node) endStartupReadahead(x *vol, dev string) {
 }
 
 // replayReadahead gives x, a start's volume whose start began to replay its
-// image's trace, the replay readahead for the rest of its start-up window, if
+// image's trace (and records none: a start that replays an older trace, or an
+// earlier layer's, while it records its own keeps the start-up readahead), the
+// replay readahead for the rest of its start-up window, if
 // it is still mounted and reading ahead the start-up readahead (the timer that
 // ends the window gives the volume readahead back).
 func (n *Node) replayReadahead(x *vol) {
