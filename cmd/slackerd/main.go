@@ -4,6 +4,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/registry"
 	"github.com/slacker-dev/slacker/internal/snapshotter"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
+	"github.com/slacker-dev/slacker/internal/store/transport"
 )
 
 func main() {
@@ -96,6 +98,7 @@ func command() *cobra.Command {
 			set("replay-readahead", &cfg.ReplayReadahead, flags.ReplayReadahead)
 			set("first-start-readahead", &cfg.FirstStartReadahead, flags.FirstStartReadahead)
 			set("startup-chunk-size", &cfg.StartupChunkSize, flags.StartupChunkSize)
+			set("store-receive-buffer", &cfg.StoreReceiveBuffer, flags.StoreReceiveBuffer)
 			set("graphdriver-socket", &cfg.GraphDriver.Socket, flags.GraphDriver.Socket)
 			if f.Changed("graphdriver-shared-store") {
 				cfg.GraphDriver.SharedStore = sharedStore
@@ -131,6 +134,7 @@ func command() *cobra.Command {
 	f.StringVar(&flags.ReplayReadahead, "replay-readahead", "", "the readahead of a start's volume within its start-up window once the start replays its image's trace (default 8KiB; \"off\": --startup-readahead throughout)")
 	f.StringVar(&flags.FirstStartReadahead, "first-start-readahead", "", "what a start loads after each of its reads of an image with no start-up trace yet (its first start), for its start-up window, when the store is 5 ms or more away (default 1MiB; \"off\": nothing, nor the image's inode tables as the start begins)")
 	f.StringVar(&flags.StartupChunkSize, "startup-chunk-size", "", "largest chunk a start-up layout (slacker optimize) gathers start-up data into (default 1MiB)")
+	f.StringVar(&flags.StoreReceiveBuffer, "store-receive-buffer", "", "each connection's receive buffer to a remote store, so that a far store's chunks do not wait on the node's receive window (default 4MiB; \"off\": the kernel's autotuning; needs net.core.rmem_max at least as large)")
 	f.StringVar(&flags.ContainerRoot, "container-root", "", "how container roots are made unless a container or its image says: shared (default) or block")
 	f.StringVar(&flags.StartupTrace, "startup-trace", "", "record a container's reads for this long as its image's start-up trace, replayed as prefetches on the next start (default 30s; \"off\")")
 	f.StringVar(&flags.Registry.DockerConfig, "docker-config", "", "Docker config.json with registry credentials (default: $DOCKER_CONFIG, ~/.docker)")
@@ -159,9 +163,13 @@ func run(cfg config.Daemon) error {
 		// set before the store opens, as a registry store logs in with them.
 		os.Setenv("DOCKER_CONFIG", filepath.Dir(r.DockerConfig))
 	}
-	st, storeDesc, err := storeurl.Open(r.Store)
+	st, storeDesc, err := storeurl.OpenWith(r.Store, storeurl.Options{ReceiveBuffer: int(r.StoreReceiveBuffer)})
 	if err != nil {
 		return err
+	}
+	if _, capped := transport.ReceiveBufferFor(int(r.StoreReceiveBuffer), transport.RmemMax()); capped && !strings.HasPrefix(storeDesc, "local:") {
+		log.Warn("store-receive-buffer-not-set", "asked", cmp.Or(r.StoreReceiveBuffer, transport.DefaultReceiveBuffer),
+			"rmem_max", transport.RmemMax(), "action", "the kernel's autotuning is kept; raise it with sysctl -w net.core.rmem_max=BYTES (or store_receive_buffer = \"off\" to be quiet)")
 	}
 	// Only a local directory store makes a disk tier redundant.
 	noDisk := r.CacheDisk == "off" || (r.CacheDisk == "auto" && strings.HasPrefix(storeDesc, "local:"))

@@ -8,6 +8,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/slacker-dev/slacker/internal/store/transport"
 	"github.com/slacker-dev/slacker/internal/units"
 )
 
@@ -110,6 +111,14 @@ type Daemon struct {
 	// replay of the re-laid image fetches its start-up data in a few requests.
 	// docs/design.md, "Start-up layout".
 	StartupChunkSize string `toml:"startup_chunk_size"`
+	// StoreReceiveBuffer is each connection's receive buffer (SO_RCVBUF) to a
+	// remote store (S3, registry): default 4MiB, so that a chunk over a link with
+	// a long round trip does not wait on the node's receive window, which the
+	// kernel opens a round trip at a time; "off" leaves it to the kernel's
+	// autotuning, as does a buffer larger than net.core.rmem_max (slackerd then
+	// says so as it starts). docs/design.md, "Where a traced start's time goes
+	// at 20 ms".
+	StoreReceiveBuffer string `toml:"store_receive_buffer"`
 	// FUSEHold is how long the node's FUSE connection, kept by a holder process,
 	// waits for a new slackerd after this one dies or hands over (default 1m);
 	// the containers' reads and writes wait meanwhile, and fail after it. "off": no
@@ -188,6 +197,7 @@ type Resolved struct {
 	ReplayReadahead                 int64         // bytes; 0: the node's default; negative: off
 	FirstStartReadahead             int64         // bytes; 0: the node's default; negative: off
 	StartupChunkSize                int64         // bytes; 0: the node's default
+	StoreReceiveBuffer              int64         // bytes; 0: the node's default; negative: off
 }
 
 // Resolve checks d and parses its values.
@@ -335,6 +345,17 @@ func (d Daemon) Resolve() (Resolved, error) {
 	if d.StartupChunkSize != "" {
 		if r.StartupChunkSize, err = blockMultiple("startup_chunk_size", d.StartupChunkSize, 64<<20); err != nil {
 			return r, err
+		}
+	}
+	switch d.StoreReceiveBuffer {
+	case "":
+	case "off":
+		r.StoreReceiveBuffer = -1
+	default:
+		if r.StoreReceiveBuffer, err = units.ParseBytes(d.StoreReceiveBuffer); err != nil ||
+			r.StoreReceiveBuffer < transport.MinReceiveBuffer || r.StoreReceiveBuffer > transport.MaxReceiveBuffer {
+			return r, fmt.Errorf("store_receive_buffer %q: want a size between %dKiB and %dMiB, or off",
+				d.StoreReceiveBuffer, transport.MinReceiveBuffer>>10, transport.MaxReceiveBuffer>>20)
 		}
 	}
 	switch d.FirstStartReadahead {

@@ -268,3 +268,22 @@ func TestReplayReadahead(t *testing.T) {
 		}
 	}
 }
+
+func TestStoreReceiveBuffer(t *testing.T) {
+	const bad = -2
+	for value, want := range map[string]int64{"": 0, "off": -1, "4MiB": 4 << 20, "64KiB": 64 << 10, "100000": 100000,
+		"0": bad, "32KiB": bad, "128MiB": bad, "lots": bad} {
+		d := Defaults()
+		d.Root, d.StoreReceiveBuffer = t.TempDir(), value
+		r, err := d.Resolve()
+		if want == bad {
+			if err == nil || !strings.Contains(err.Error(), "store_receive_buffer") || !strings.Contains(err.Error(), "off") {
+				t.Errorf("%q: err %v, want one naming store_receive_buffer and off", value, err)
+			}
+			continue
+		}
+		if err != nil || r.StoreReceiveBuffer != want {
+			t.Errorf("%q: %d, err %v; want %d", value, r.StoreReceiveBuffer, err, want)
+		}
+	}
+}

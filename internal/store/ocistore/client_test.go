@@ -12,6 +12,7 @@ import (
 	"github.com/opencontainers/go-digest"
 
 	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/transport"
 )
 
 // linkRestorer hands requests to the real transport; when the registry refuses
@@ -60,7 +61,7 @@ func raceLink(t *testing.T, s *Store, method, link string) (*Store, *linkRestore
 	if err != nil {
 		t.Fatalf("the link file: %v", err)
 	}
-	lr := &linkRestorer{base: defaultTransport(), method: method, link: link, content: content}
+	lr := &linkRestorer{base: transport.New(transport.Options{HTTP2: true}), method: method, link: link, content: content}
 	s2 := reopen(t, s, func(o *Options) { o.Transport = lr })
 	if err := s2.ensureConfig(t.Context()); err != nil { // before the link is emptied: it may be the config's
 		t.Fatal(err)

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"slices"
 	"sync"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/transport"
 )
 
 // Options configure a Store. Zero values take the defaults shown.
@@ -32,9 +32,13 @@ type Options struct {
 	// Keychain finds credentials (authn.DefaultKeychain: the Docker config and its
 	// credential helpers).
 	Keychain authn.Keychain
-	// Transport carries the requests (a pooled http.Transport). Tests and fault
-	// injection wrap it.
+	// Transport carries the requests (default: transport.New's, with
+	// ReceiveBuffer). Tests and fault injection wrap it.
 	Transport http.RoundTripper
+	// ReceiveBuffer is each connection's receive buffer for the default
+	// transport (transport.Options.ReceiveBuffer: 0 its default, negative the
+	// kernel's autotuning).
+	ReceiveBuffer int
 	// Timeout bounds each call whose ctx has no earlier deadline (2m); a Get's
 	// bound covers the reading of its body.
 	Timeout time.Duration
@@ -129,7 +133,7 @@ func New(o Options) (*Store, error) {
 		o.Keychain = authn.DefaultKeychain
 	}
 	if o.Transport == nil {
-		o.Transport = defaultTransport()
+		o.Transport = transport.New(transport.Options{ReceiveBuffer: o.ReceiveBuffer, HTTP2: true})
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = 2 * time.Minute
@@ -168,20 +172,6 @@ func New(o Options) (*Store, error) {
 	return &Store{o: o, repo: repo, log: log, c: &client{repo: repo, keychain: o.Keychain, base: o.Transport, log: log},
 		packs: map[digest.Digest]*packState{}, where: map[digest.Digest][]location{}, checkpoints: map[string]bool{},
 		pending: map[digest.Digest]*batch{}}, nil
-}
-
-func defaultTransport() http.RoundTripper {
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64, // fetch parallelism plus prefetch
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // chunks are verified byte for byte
-	}
 }
 
 // String is the store's location.

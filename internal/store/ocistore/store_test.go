@@ -23,6 +23,7 @@ import (
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/transport"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
@@ -314,7 +315,7 @@ func TestGetBatchCoalesces(t *testing.T) {
 	// Sequential puts into one pack: a batch of 32 objects put concurrently while
 	// an upload is held back.
 	objs := putMany(t, s, 32, 8<<10)
-	ct := &countingTransport{rt: defaultTransport()}
+	ct := &countingTransport{rt: transport.New(transport.Options{HTTP2: true})}
 	r := reopen(t, s, func(o *Options) { o.Transport = ct })
 	var ds []digest.Digest
 	for d := range objs {
@@ -527,7 +528,7 @@ func TestCheckpoints(t *testing.T) {
 	if n := indexTags(t, a); n != 10 {
 		t.Fatalf("%d checkpoints after 40 packs, want 10", n)
 	}
-	ct := &countingTransport{rt: defaultTransport()}
+	ct := &countingTransport{rt: transport.New(transport.Options{HTTP2: true})}
 	b := reopen(t, a, func(o *Options) { o.Transport = ct })
 	n := 0
 	if err := b.List(t.Context(), func(store.Info) error { n++; return nil }); err != nil || n != 40 {

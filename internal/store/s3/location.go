@@ -94,6 +94,12 @@ func Open(ctx context.Context, loc string) (*Store, error) {
 	if err != nil {
 		return nil, err
 	}
+	return OpenLocation(ctx, l)
+}
+
+// OpenLocation opens the store a parsed location names (its Options changed by
+// the caller, if need be), creating its bucket if the location says so.
+func OpenLocation(ctx context.Context, l Location) (*Store, error) {
 	s, err := New(l.Options)
 	if err != nil {
 		return nil, err

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -20,6 +19,7 @@ import (
 
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store"
+	"github.com/slacker-dev/slacker/internal/store/transport"
 )
 
 // Options configure a Store.
@@ -45,9 +45,13 @@ type Options struct {
 	// MaxRetries is how many times the client itself sends a request it can replay
 	// (3). Reads are retried by the caller (package fetch), with its own backoff.
 	MaxRetries int
-	// Transport carries the requests (default: a pooled http.Transport). Tests and
-	// fault injection wrap it.
+	// Transport carries the requests (default: transport.New's, with
+	// ReceiveBuffer). Tests and fault injection wrap it.
 	Transport http.RoundTripper
+	// ReceiveBuffer is each connection's receive buffer for the default
+	// transport (transport.Options.ReceiveBuffer: 0 its default, negative the
+	// kernel's autotuning).
+	ReceiveBuffer int
 	// Compress keeps each object of up to store.MaxEncodedObject bytes as a zstd
 	// frame when that saves at least a sixteenth of it (store.EncodeObject), with its
 	// encoding and plain size in the object's metadata. Reads decode whatever
@@ -95,7 +99,7 @@ func New(o Options) (*Store, error) {
 		o.MaxRetries = 3
 	}
 	if o.Transport == nil {
-		o.Transport = defaultTransport()
+		o.Transport = transport.New(transport.Options{ReceiveBuffer: o.ReceiveBuffer})
 	}
 	var creds *credentials.Credentials
 	if o.AccessKey != "" {
@@ -113,19 +117,6 @@ func New(o Options) (*Store, error) {
 		return nil, fmt.Errorf("s3 store %s: %w", o.Endpoint, err)
 	}
 	return &Store{o: o, client: c, core: minio.Core{Client: c}}, nil
-}
-
-func defaultTransport() http.RoundTripper {
-	return &http.Transport{
-		Proxy:                 http.ProxyFromEnvironment,
-		DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
-		MaxIdleConns:          256,
-		MaxIdleConnsPerHost:   64, // fetch parallelism plus prefetch
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
-		DisableCompression:    true, // chunks are verified byte for byte
-	}
 }
 
 // String is the store's location without credentials.

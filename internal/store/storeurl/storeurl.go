@@ -14,8 +14,19 @@ import (
 	"github.com/slacker-dev/slacker/internal/store/s3"
 )
 
+// Options configure OpenWith.
+type Options struct {
+	// ReceiveBuffer is each connection's receive buffer for a remote store
+	// (transport.Options.ReceiveBuffer: 0 its default, negative the kernel's
+	// autotuning).
+	ReceiveBuffer int
+}
+
 // Open opens the store at location and returns it with a display form.
-func Open(location string) (store.Store, string, error) {
+func Open(location string) (store.Store, string, error) { return OpenWith(location, Options{}) }
+
+// OpenWith is Open with options for a remote store.
+func OpenWith(location string, o Options) (store.Store, string, error) {
 	switch {
 	case strings.HasPrefix(location, "local:"):
 		return openLocal(strings.TrimPrefix(strings.TrimPrefix(location, "local:"), "//"))
@@ -24,13 +35,23 @@ func Open(location string) (store.Store, string, error) {
 	case strings.HasPrefix(location, "s3://"):
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		s, err := s3.Open(ctx, location)
+		l, err := s3.ParseLocation(location)
+		if err != nil {
+			return nil, "", err
+		}
+		l.Options.ReceiveBuffer = o.ReceiveBuffer
+		s, err := s3.OpenLocation(ctx, l)
 		if err != nil {
 			return nil, "", err
 		}
 		return s, s.String(), nil
 	case strings.HasPrefix(location, "registry://"):
-		s, err := ocistore.Open(location)
+		oo, err := ocistore.ParseLocation(location)
+		if err != nil {
+			return nil, "", err
+		}
+		oo.ReceiveBuffer = o.ReceiveBuffer
+		s, err := ocistore.New(oo)
 		if err != nil {
 			return nil, "", err
 		}
