@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,8 @@ import (
 	"github.com/slacker-dev/slacker/internal/config"
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/store/storeurl"
+	"github.com/slacker-dev/slacker/internal/store/transport"
+	"github.com/slacker-dev/slacker/internal/units"
 )
 
 // check is one line of `slacker doctor`.
@@ -148,6 +151,9 @@ func runDoctor(ctx context.Context, de doctorEnv) []check {
 			add(snapshotterSocketCheck(r.SnapshotterSocket))
 		}
 		add(storeCheck(ctx, r.Store))
+		if _, local := localStoreDir(r.Store); !local && r.Store != "" {
+			add(receiveBufferCheck(r.StoreReceiveBuffer, transport.RmemMax()))
+		}
 		if r.DockerConfig != "" {
 			add(dockerConfigCheck(r.DockerConfig))
 		}
@@ -350,6 +356,27 @@ func storeCheck(ctx context.Context, location string) check {
 		return c
 	}
 	c.Status, c.Detail = "ok", desc+" answers"
+	return c
+}
+
+// receiveBufferCheck says whether slackerd's connections to a remote store get
+// the receive buffer its config asks (store_receive_buffer; 0: the default;
+// negative: off), given the kernel's net.core.rmem_max.
+func receiveBufferCheck(asked int64, rmemMax int) check {
+	c := check{Name: "store receive buffer", Status: "ok"}
+	n, capped := transport.ReceiveBufferFor(int(asked), rmemMax)
+	switch {
+	case capped:
+		want := cmp.Or(asked, transport.DefaultReceiveBuffer)
+		c.Status = "warn"
+		c.Detail = fmt.Sprintf("%s asked, but net.core.rmem_max is %d: the kernel's autotuning is kept, and a far store's chunks wait on the node's receive window (docs/operating.md)",
+			units.Bytes(want), rmemMax)
+		c.Fix = fmt.Sprintf("sysctl -w net.core.rmem_max=%d (and in /etc/sysctl.d/ to keep it), or store_receive_buffer = \"off\"", want)
+	case n == 0:
+		c.Detail = "off: the kernel's autotuning"
+	default:
+		c.Detail = units.Bytes(int64(n)) + " per connection"
+	}
 	return c
 }
 

@@ -167,3 +167,25 @@ func TestShippedContainerdConfig(t *testing.T) {
 		}
 	}
 }
+
+func TestReceiveBufferCheck(t *testing.T) {
+	for _, tc := range []struct {
+		name          string
+		asked         int64
+		rmemMax       int
+		status, words string
+	}{
+		{"default, allowed", 0, 4 << 20, "ok", "4.0 MiB per connection"},
+		{"default, the kernel's default limit", 0, 212992, "warn", "rmem_max is 212992"},
+		{"asked, allowed", 1 << 20, 4 << 20, "ok", "1.0 MiB per connection"},
+		{"off", -1, 212992, "ok", "autotuning"},
+	} {
+		c := receiveBufferCheck(tc.asked, tc.rmemMax)
+		if c.Status != tc.status || !strings.Contains(c.Detail, tc.words) {
+			t.Errorf("%s: %s %q, want %s and %q", tc.name, c.Status, c.Detail, tc.status, tc.words)
+		}
+		if c.Status == "warn" && !strings.Contains(c.Fix, "net.core.rmem_max=4194304") {
+			t.Errorf("%s: fix %q names no sysctl for the 4 MiB asked", tc.name, c.Fix)
+		}
+	}
+}
