@@ -6,7 +6,7 @@
 // the kernel, a new connection's receive window starts at 64 KB and grows a
 // round trip at a time, so a chunk of a few hundred kilobytes over a 20 ms link
 // waits on the node's window for two or three round trips (seen with `ss -ti` on
-// the store's side: senders window-limited for 30-40% of their busy time). A
+// the store's side: senders window-limited for 20-50% of their busy time). A
 // buffer set before the connection is made opens the window at once. It is set
 // only where the kernel allows that much (net.core.rmem_max): a buffer the kernel
 // cut down would also stop its autotuning and cap the window below what
