@@ -6,7 +6,8 @@
 // errdefs kinds exactly once (store.go says which kind means what), and every backend
 // runs the shared suite in package storetest. Backends live in sub-packages: local
 // (the embedded default), s3 (S3-compatible object storage) and ocistore (blobs of an
-// OCI registry); storeurl opens one from a location. Optional abilities (Refs,
+// OCI registry); storeurl opens one from a location, and the remote two share
+// the HTTP transport of package transport. Optional abilities (Refs,
 // BatchGetter) are separate interfaces found by type assertion. A backend that
 // reads an object whole before handing out its first byte (a compressed object,
 // decoded and verified: EncodeObject, DecodeObject) returns it as an InMemory body,
