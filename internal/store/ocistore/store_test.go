@@ -23,8 +23,8 @@ import (
 	"github.com/slacker-dev/slacker/internal/errdefs"
 	"github.com/slacker-dev/slacker/internal/faultproxy"
 	"github.com/slacker-dev/slacker/internal/store"
-	"github.com/slacker-dev/slacker/internal/store/transport"
 	"github.com/slacker-dev/slacker/internal/store/storetest"
+	"github.com/slacker-dev/slacker/internal/store/transport"
 	"github.com/slacker-dev/slacker/internal/testenv/services"
 	"github.com/slacker-dev/slacker/internal/testutil"
 )
