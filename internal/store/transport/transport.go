@@ -14,7 +14,10 @@ import (
 
 // DefaultReceiveBuffer is each store connection's receive buffer unless
 // Options.ReceiveBuffer says: 4 MiB, above the bandwidth-delay product of a
-// 1 Gbit/s link with a 20 ms round trip (2.5 MB).
+// 1 Gbit/s link with a 20 ms round trip (2.5 MB). A set buffer is also the
+// connection's ceiling (autotuning would grow to net.ipv4.tcp_rmem's maximum):
+// one connection over a link with a larger bandwidth-delay product moves less
+// than it could, which the node's parallel fetches make up for.
 const DefaultReceiveBuffer = 4 << 20
 
 // MinReceiveBuffer and MaxReceiveBuffer bound a configured receive buffer.
